@@ -1,0 +1,1 @@
+"""kvgate's HTTP face: settings, the FastAPI app, the CLI. Imports semantic/ and engine/, never the reverse."""
