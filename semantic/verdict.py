@@ -1,0 +1,34 @@
+"""The seam between the cache and its decision rule: what a rule is asked, and what it answers.
+
+The cache finds the nearest stored prompt in the request's scope; the rule decides whether that stored
+answer may be served for this prompt. Rules live in `semantic/rule.py`; the cache depends only on this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A rule's decision for one (query, candidate) pair.
+
+    `score` is the rule's confidence that the two texts mean the same thing, in [0, 1], comparable
+    across pairs (it is what ROC-AUC and the similarity histograms are computed on). `reason` says in a
+    few words why a pair was refused (`"numbers differ"`, `"below threshold"`), for logs and reports.
+    """
+
+    hit: bool
+    score: float
+    reason: str
+
+
+class HitRule(Protocol):
+    """Decides whether a stored prompt is close enough to a new prompt for its answer to be reused."""
+
+    name: str
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        """`similarity` is the embedder cosine; `strictness` in [0, 1] can only make hits rarer."""
+        ...
