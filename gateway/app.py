@@ -28,7 +28,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = await asyncio.to_thread(StoreRuntime.open, settings)
         try:
             app.state.store = store
-            app.state.embedder = await asyncio.to_thread(SentenceEmbedder, resolve_embedder(settings.embedder))
+            app.state.embedder = await asyncio.to_thread(
+                SentenceEmbedder, resolve_embedder(settings.embedder)
+            )
             app.state.generator_source = resolve_generator(settings.generator, settings.model_dir)
             logger.info("kvgate ready: store=%s embedder=%s", store.kind, app.state.embedder.name)
             yield

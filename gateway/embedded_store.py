@@ -100,14 +100,22 @@ class EmbeddedStore:
     def _command(self) -> list[str]:
         return [
             str(get_binary_path()),
-            "--port", "0",  # no TCP listener: only local processes that can reach the socket
-            "--unixsocket", str(self.socket_path),
-            "--unixsocketperm", "700",
-            "--dir", str(self.directory),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--daemonize", "no",
+            "--port",
+            "0",  # no TCP listener: only local processes that can reach the socket
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.directory),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
         ]
 
     def _answers_ping(self) -> bool:

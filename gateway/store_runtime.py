@@ -30,7 +30,9 @@ class StoreRuntime:
             return cls(aioredis.Redis.from_url(url), kind="external", url=url)
         embedded = EmbeddedStore(settings.store_dir)
         embedded.start()
-        return cls(aioredis.Redis.from_url(embedded.url), kind="embedded", url=embedded.url, embedded=embedded)
+        return cls(
+            aioredis.Redis.from_url(embedded.url), kind="embedded", url=embedded.url, embedded=embedded
+        )
 
     async def describe(self) -> dict[str, object]:
         """What `/healthz` shows: kind, URL without credentials, server version, reachability."""

@@ -36,7 +36,8 @@ class SentenceEmbedder:
         if dimension is None:
             raise ValueError(f"embedder {source.name} does not report its dimension")
         self.dimension: int = dimension
-        self.max_tokens: int = int(self._model.max_seq_length)
+        # Texts longer than this are truncated by the model; the cache must know to avoid them.
+        self.max_tokens: int = self._model.max_seq_length or self._model.tokenizer.model_max_length
 
     def embed(self, texts: list[str]) -> Vectors:
         """Embed a batch of texts: float32 array of shape (len(texts), dimension), unit rows."""

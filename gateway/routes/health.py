@@ -18,6 +18,10 @@ async def healthz(request: Request) -> dict[str, Any]:
     return {
         "status": "ok" if store["reachable"] else "degraded",
         "embedder": {"name": state.embedder.name, "dimension": state.embedder.dimension},
-        "generator": {"kind": generator.kind.value, "location": generator.location, "present": generator.present},
+        "generator": {
+            "kind": generator.kind.value,
+            "location": generator.location,
+            "present": generator.present,
+        },
         "store": store,
     }
