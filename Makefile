@@ -39,6 +39,7 @@ unit: models
 test: lint typecheck unit
 
 bench: models
+	$(PIP) install -e ".[dev,bench]"
 	$(BIN)/python -m bench
 
 clean:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import platformdirs
-from pydantic import AnyUrl, Field, UrlConstraints, field_validator
+from pydantic import AnyUrl, Field, HttpUrl, SecretStr, UrlConstraints, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 RedisUrl = Annotated[AnyUrl, UrlConstraints(allowed_schemes=["redis", "rediss", "unix"])]
@@ -51,6 +51,61 @@ class Settings(BaseSettings):
 
     generator: str = DEFAULT_GENERATOR
     """Generator: the packaged SmolLM2 default, a `.gguf` file, a local HF folder, or a hub name."""
+
+    api_keys: SecretStr | None = None
+    """API keys and their tenants, `key:tenant,key:tenant`. Unset (and no file): open, one tenant `default`."""
+
+    api_keys_file: Path | None = None
+    """A JSON object `{"key": "tenant"}` read at start-up, merged with `api_keys`."""
+
+    admin_token: SecretStr | None = None
+    """Bearer token for `/admin/*`. Unset: every admin call is refused."""
+
+    scope_secret: SecretStr = SecretStr("kvgate-default-scope-secret")
+    """Keys the digests of cache scopes; every replica sharing a Redis must use the same value."""
+
+    upstream_url: HttpUrl | None = None
+    """Reverse-proxy mode: an OpenAI-compatible base URL (e.g. `http://vllm:8000/v1`) that answers misses."""
+
+    upstream_api_key: SecretStr | None = None
+    """Bearer key sent to the upstream."""
+
+    upstream_models: str = ""
+    """Comma-separated model names the upstream serves (reverse-proxy mode)."""
+
+    upstream_timeout_s: float = Field(default=120.0, gt=0)
+    """Read timeout for one upstream call."""
+
+    served_model_name: str | None = None
+    """The `model` name clients use for the in-process engine (default: derived from `generator`)."""
+
+    kv_cache_tokens: int = Field(default=16384, ge=64)
+    """Tokens of KV cache the engine preallocates (SmolLM2-135M: 46 KB each in float32)."""
+
+    kv_block_size: int = Field(default=16, ge=1, le=256)
+    """Tokens per KV block (the unit of prefix reuse)."""
+
+    torch_threads: int = Field(default=1, ge=1, le=256)
+    """Intra-op threads for torch. One per op lets the engine and the embedder run on separate cores
+    at once; measured here, two threads under contention made SmolLM2 decode about 5x slower."""
+
+    default_max_tokens: int = Field(default=256, ge=1)
+    """New tokens generated when a chat request sets no `max_tokens`."""
+
+    max_pending: int = Field(default=64, ge=1)
+    """Generations in flight at once; past it, new misses get 429 with Retry-After."""
+
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Largest accepted request body; larger ones get 413."""
+
+    cache_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """How long a stored answer lives unless the request's `max-age` says less."""
+
+    store_truncated: bool = False
+    """Also store answers cut off by `max_tokens` (`finish_reason: length`)."""
+
+    target_false_hit_rate: float = Field(default=0.02, gt=0, lt=0.5)
+    """The semantic rule's bound on wrong hits among hits."""
 
     log_level: str = "info"
     """Python log level name for kvgate's own loggers."""

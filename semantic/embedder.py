@@ -25,6 +25,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: list[str]) -> Vectors: ...
 
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """How many tokens (special ones included) the embedder would see per text, before truncation."""
+        ...
+
 
 class SentenceEmbedder:
     """A sentence-transformers model whose vectors are L2-normalised (inner product == cosine)."""
@@ -45,3 +49,8 @@ class SentenceEmbedder:
             texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Word pieces per text, [CLS] and [SEP] included: more than `max_tokens` means truncation."""
+        encoded = self._model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)
+        return [len(ids) for ids in encoded["input_ids"]]

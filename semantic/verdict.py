@@ -27,7 +27,10 @@ class Verdict:
 class HitRule(Protocol):
     """Decides whether a stored prompt is close enough to a new prompt for its answer to be reused."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Identifies the rule in logs and reports."""
+        ...
 
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         """`similarity` is the embedder cosine; `strictness` in [0, 1] can only make hits rarer."""

@@ -1,10 +1,12 @@
-"""Liveness: which embedder, generator and store this process is using."""
+"""Liveness, readiness and Prometheus metrics."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 router = APIRouter()
 
@@ -17,6 +19,8 @@ async def healthz(request: Request) -> dict[str, Any]:
     generator = state.generator_source
     return {
         "status": "ok" if store["reachable"] else "degraded",
+        "backend": state.backend.name,
+        "models": state.backend.served_models(),
         "embedder": {"name": state.embedder.name, "dimension": state.embedder.dimension},
         "generator": {
             "kind": generator.kind.value,
@@ -25,3 +29,24 @@ async def healthz(request: Request) -> dict[str, Any]:
         },
         "store": store,
     }
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """200 while requests can be answered; `degraded` when the cache store is down (answers still flow)."""
+    state = request.app.state
+    store = await state.store.describe()
+    service = state.service
+    body = {
+        "status": "ready" if store["reachable"] else "degraded",
+        "store": "up" if store["reachable"] else "down",
+        "pending_generations": service.pending,
+        "max_pending": service.max_pending,
+    }
+    return JSONResponse(body, status_code=200)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition of the gateway's (and engine's) series."""
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -6,11 +6,12 @@ from fastapi.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.settings import Settings
+from tests.gateway.fakes import ScriptedBackend
 
 
 def test_healthz_reports_embedded_store_and_default_models(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, redis_url=None)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings, backend_factory=lambda s: ScriptedBackend())) as client:
         body = client.get("/healthz").json()
 
     assert body["status"] == "ok"
@@ -25,7 +26,7 @@ def test_healthz_reports_embedded_store_and_default_models(tmp_path: Path) -> No
 def test_healthz_reports_external_store_without_its_password(tmp_path: Path) -> None:
     url = os.environ.get("KVGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     settings = Settings(data_dir=tmp_path, redis_url=url)
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings, backend_factory=lambda s: ScriptedBackend())) as client:
         store = client.get("/healthz").json()["store"]
     assert store["kind"] == "external" and store["reachable"] is True
     assert not (tmp_path / "store").exists()

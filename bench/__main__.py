@@ -1,0 +1,33 @@
+"""`python -m bench [NAME ...]`: run the benchmarks (all of them, or those named), one after another.
+
+Each `bench/bench_*.py` has a `main(argv)` that prints its figures measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    names = argv or sorted(
+        path.stem.removeprefix("bench_") for path in Path(__file__).parent.glob("bench_*.py")
+    )
+    failed = []
+    for name in names:
+        print(f"\n=== bench_{name} ===", flush=True)
+        started = time.perf_counter()
+        module = importlib.import_module(f"bench.bench_{name}")
+        try:
+            module.main([])
+        except Exception as error:  # keep going: one broken benchmark should not hide the others
+            print(f"bench_{name} failed: {error!r}", flush=True)
+            failed.append(name)
+        print(f"=== bench_{name}: {time.perf_counter() - started:.1f} s ===", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

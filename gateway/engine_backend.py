@@ -1,0 +1,124 @@
+"""The in-process engine as a gateway backend: chat template, sampling parameters, context limits.
+
+Adapts `engine.client.AsyncEngineClient` to the `Backend` protocol. The tenant is the engine's cache salt,
+so KV prefixes are shared only within a tenant (prompt-cache timing attacks are real).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
+
+from engine.client import AsyncEngineClient
+from engine.client import Finished as EngineFinished
+from engine.engine import ContextLengthExceeded, EngineConfig
+from engine.loader import load_model
+from engine.metrics import register_engine_metrics
+from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from engine.sampler import SamplingParams
+from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.settings import Settings
+
+
+class EngineBackend:
+    """Misses answered by kvgate's own paged-KV engine."""
+
+    name = "engine"
+
+    def __init__(self, client: AsyncEngineClient, model_name: str, default_max_tokens: int) -> None:
+        self.client = client
+        self.model_name = model_name
+        self.default_max_tokens = default_max_tokens
+
+    @classmethod
+    def load(cls, settings: Settings) -> EngineBackend:
+        """Load the configured generator (converting a GGUF once) and start the engine's step loop."""
+        source = resolve_generator(settings.generator, settings.model_dir)
+        loaded = load_model(source, settings.model_dir)
+        name = served_model_name(settings)
+        config = EngineConfig(
+            num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
+            block_size=settings.kv_block_size,
+        )
+        client = AsyncEngineClient.from_loaded(loaded, name, config)
+        client.start()
+        return cls(client, name, settings.default_max_tokens)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        if request.messages is not None:
+            token_ids = await asyncio.to_thread(self.client.encode_chat, request.messages)
+            param = "messages"
+        else:
+            token_ids = await asyncio.to_thread(self.client.encode_prompt, request.prompt or "")
+            param = "prompt"
+        room = self.client.max_model_len - len(token_ids)
+        if room <= 0:
+            raise _too_long(len(token_ids), self.client.max_model_len, param)
+        max_tokens = min(request.max_tokens or self.default_max_tokens, room)
+        sampling = SamplingParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            max_tokens=max_tokens,
+            stop=tuple(request.stop),
+        )
+        try:
+            events = self.client.generate(
+                request.request_id,
+                token_ids,
+                sampling=sampling,
+                cache_salt=request.tenant,
+                priority=request.priority,
+            )
+            async for event in events:
+                if isinstance(event, EngineFinished):
+                    usage = event.usage
+                    if event.finish_reason == "abort":
+                        raise ServiceUnavailable("The engine stopped this request.", code="engine_aborted")
+                    reason: Literal["stop", "length"] = (
+                        "length" if event.finish_reason == "length" else "stop"
+                    )
+                    yield Finished(reason, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+                elif event.text:
+                    yield TextDelta(event.text)
+        except ContextLengthExceeded as error:
+            raise _too_long(len(token_ids), self.client.max_model_len, param) from error
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """Export the engine's series (prefix cache, KV usage, queues, TTFT, ITL) on the gateway's registry."""
+        register_engine_metrics(registry, lambda: self.client.metrics)
+
+    async def abort(self, request_id: str) -> None:
+        await self.client.abort(request_id)
+
+    def served_models(self) -> list[str]:
+        return [self.model_name]
+
+    def max_context_tokens(self) -> int | None:
+        return self.client.max_model_len
+
+    async def close(self) -> None:
+        await self.client.shutdown()
+
+
+def served_model_name(settings: Settings) -> str:
+    """The name clients put in `model`: the setting, else the default's name or the file/folder name."""
+    if settings.served_model_name:
+        return settings.served_model_name
+    if settings.generator == DEFAULT_GENERATOR_NAME:
+        return DEFAULT_GENERATOR_NAME
+    path = Path(settings.generator)
+    return path.stem if path.suffix == ".gguf" else path.name or settings.generator
+
+
+def _too_long(prompt_tokens: int, limit: int, param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"This model's maximum context length is {limit} tokens; the prompt has {prompt_tokens}.",
+        param=param,
+        code="context_length_exceeded",
+    )

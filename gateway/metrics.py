@@ -1,0 +1,69 @@
+"""Prometheus metrics for `/metrics`, on a registry of the app's own (no import-time globals).
+
+Label sets are bounded: `tenant` comes from the configured key ring (or `default`), `model` from the
+backend's served models (unknown models are refused before anything is recorded), `cache` from four
+values. No prompt text, key or entry id is ever a label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+SIMILARITY_BUCKETS = tuple(round(0.5 + 0.025 * step, 3) for step in range(21))
+
+
+class GatewayMetrics:
+    """The gateway's own series; the engine's are added by the engine backend on the same registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "kvgate_requests",
+            "Completion requests by route, tenant, model and cache result.",
+            ["route", "tenant", "model", "cache"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "kvgate_request_duration_seconds",
+            "End-to-end time to the complete response (JSON) or to the response headers (SSE).",
+            ["route", "cache"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.lookup_seconds = Histogram(
+            "kvgate_cache_lookup_seconds",
+            "Cache lookup time (exact + semantic), including embedding.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.embed_seconds = Histogram(
+            "kvgate_embedding_seconds",
+            "Time spent embedding the prompt during a lookup.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.similarity = Histogram(
+            "kvgate_best_candidate_similarity",
+            "Cosine similarity of the nearest stored prompt, for semantic hits and for misses.",
+            ["result"],
+            buckets=SIMILARITY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tokens_saved = Counter(
+            "kvgate_tokens_saved",
+            "Prompt + completion tokens answered from the cache.",
+            registry=self.registry,
+        )
+        self.seconds_saved = Counter(
+            "kvgate_generation_seconds_saved",
+            "Generation time the cached answers originally took.",
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "kvgate_pending_generations", "Generations in flight in this process.", registry=self.registry
+        )
+        self.store_up = Gauge(
+            "kvgate_store_up", "1 when the last cache store operation succeeded.", registry=self.registry
+        )
+        self.store_up.set(1)

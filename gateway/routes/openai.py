@@ -1,0 +1,178 @@
+"""OpenAI-compatible routes: chat completions, legacy completions, models."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway.backend import Finished, GenerationEvent
+from gateway.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
+from gateway.deps import CurrentTenant, ServiceDep
+from gateway.errors import KvgateError, ServiceUnavailable
+from gateway.limits import refuse_unsupported
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
+from gateway.rendering import SSE_DONE, Renderer, replay_pieces, sse
+from gateway.service import AnyRequest, CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
+
+router = APIRouter(prefix="/v1")
+
+CacheControlHeader = Annotated[str | None, Header(alias="cache-control")]
+StrictnessHeader = Annotated[str | None, Header(alias=STRICTNESS_HEADER)]
+TagsHeader = Annotated[str | None, Header(alias=TAGS_HEADER)]
+
+
+@router.post("/chat/completions")
+async def chat_completions(
+    request: ChatCompletionRequest,
+    service: ServiceDep,
+    tenant: CurrentTenant,
+    cache_control: CacheControlHeader = None,
+    strictness: StrictnessHeader = None,
+    tags: TagsHeader = None,
+) -> Response:
+    """Create a chat completion (JSON or SSE), from the cache when it can."""
+    return await _complete(service, request, tenant.name, cache_control, strictness, tags)
+
+
+@router.post("/completions")
+async def completions(
+    request: CompletionRequest,
+    service: ServiceDep,
+    tenant: CurrentTenant,
+    cache_control: CacheControlHeader = None,
+    strictness: StrictnessHeader = None,
+    tags: TagsHeader = None,
+) -> Response:
+    """Create a legacy text completion (JSON or SSE), from the cache when it can."""
+    return await _complete(service, request, tenant.name, cache_control, strictness, tags)
+
+
+@router.get("/models")
+async def models(service: ServiceDep, tenant: CurrentTenant) -> ModelList:
+    """List the models this gateway answers to."""
+    created = int(service.stats.started)
+    return ModelList(data=[ModelCard(id=name, created=created) for name in service.backend.served_models()])
+
+
+async def _complete(
+    service: CompletionService,
+    request: AnyRequest,
+    tenant: str,
+    cache_control: str | None,
+    strictness: str | None,
+    tags: str | None,
+) -> Response:
+    started = time.perf_counter()
+    refuse_unsupported(request)
+    call = CompletionCall(request, tenant, parse_cache_control(cache_control, strictness), parse_tags(tags))
+    answer = await service.answer(call)
+    headers = _cache_headers(answer) | {"x-request-id": call.request_id}
+    response = await _respond(request, answer, headers)
+    route = "chat" if isinstance(request, ChatCompletionRequest) else "completions"
+    service.metrics.request_seconds.labels(route, headers["x-kvgate-cache"]).observe(
+        time.perf_counter() - started
+    )
+    return response
+
+
+async def _respond(
+    request: AnyRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
+) -> Response:
+    renderer = Renderer(chat=isinstance(request, ChatCompletionRequest), model=request.model)
+    if isinstance(answer, CachedAnswer):
+        if request.stream:
+            return _sse_response(_replay(renderer, answer, request.include_usage_in_stream), headers)
+        stored = answer.answer
+        body = renderer.whole(stored.text, _finish(stored.finish_reason), stored.usage())
+        return JSONResponse(body, headers=headers)
+    events = answer.flight.follow()
+    if request.stream:
+        first = await _first_event(events)  # errors before the first token are plain HTTP errors
+        return _sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
+    text: list[str] = []
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, Finished):
+                body = renderer.whole("".join(text), event.finish_reason, usage_of(event))
+                return JSONResponse(body, headers=headers)
+            text.append(event.text)
+    raise ServiceUnavailable("The generation ended without finishing.")
+
+
+def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
+    if isinstance(answer, LiveAnswer):
+        return {"x-kvgate-cache": answer.result.replace("_", "-")}
+    lookup = answer.lookup
+    headers = {"x-kvgate-cache": lookup.kind.value.replace("_", "-")}
+    if lookup.entry is not None:
+        headers["x-kvgate-entry-id"] = lookup.entry.entry_id
+    if lookup.kind.value == "semantic_hit" and lookup.similarity is not None:
+        headers["x-kvgate-similarity"] = f"{lookup.similarity:.4f}"
+    return headers
+
+
+async def _first_event(events: AsyncGenerator[GenerationEvent, None]) -> GenerationEvent:
+    try:
+        return await anext(events)
+    except StopAsyncIteration as ended:
+        await events.aclose()
+        raise ServiceUnavailable("The generation ended without output.") from ended
+    except BaseException:
+        await events.aclose()
+        raise
+
+
+async def _live(
+    renderer: Renderer,
+    first: GenerationEvent,
+    events: AsyncGenerator[GenerationEvent, None],
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    opening = renderer.opening_chunk()
+    if opening:
+        yield opening
+    async with contextlib.aclosing(events):
+        event: GenerationEvent | None = first
+        try:
+            while event is not None:
+                if isinstance(event, Finished):
+                    yield renderer.finish_chunk(event.finish_reason)
+                    if include_usage:
+                        yield renderer.usage_chunk(usage_of(event))
+                    break
+                if event.text:
+                    yield renderer.text_chunk(event.text)
+                event = await anext(events, None)
+        except KvgateError as error:
+            yield sse(error.body())
+        except Exception:
+            yield sse(ServiceUnavailable("The generation failed.").body())
+    yield SSE_DONE
+
+
+async def _replay(renderer: Renderer, answer: CachedAnswer, include_usage: bool) -> AsyncIterator[str]:
+    stored = answer.answer
+    opening = renderer.opening_chunk()
+    if opening:
+        yield opening
+    for piece in replay_pieces(stored.text):
+        yield renderer.text_chunk(piece)
+    yield renderer.finish_chunk(_finish(stored.finish_reason))
+    if include_usage:
+        yield renderer.usage_chunk(stored.usage())
+    yield SSE_DONE
+
+
+def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"}
+    )
+
+
+def _finish(reason: str) -> FinishReason:
+    return "length" if reason == "length" else "stop"

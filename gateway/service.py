@@ -1,0 +1,285 @@
+"""The request flow, top to bottom: scope -> exact layer -> semantic layer -> backend -> store.
+
+    answer():   which model  ->  scope (semantic.scope)  ->  cache lookup (exact, then semantic)
+                -> hit: a `CachedAnswer`
+                -> miss: join the identical generation already in flight, or start one (bounded)
+    on finish:  store the answer if it is complete and the client allowed it
+
+A store that is down never fails a request: the cache fails open to the backend, logging once a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from gateway.backend import Backend, Finished, GenerationRequest
+from gateway.errors import InvalidRequest, NotFound, RateLimited
+from gateway.flight import Flight
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
+from gateway.stats import HitStats
+from semantic.cache import CacheControl, Lookup, LookupKind, SemanticCache
+from semantic.scope import RequestScope, build_scope
+
+logger = logging.getLogger("kvgate.service")
+
+AnyRequest = ChatCompletionRequest | CompletionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionCall:
+    """One client request as the service sees it."""
+
+    request: AnyRequest
+    tenant: str
+    control: CacheControl = field(default_factory=CacheControl)
+    tags: tuple[str, ...] = ()
+    request_id: str = field(default_factory=lambda: secrets.token_hex(12))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnswer:
+    """What the cache keeps for a request: enough to replay it faithfully, nothing request-specific."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    generation_s: float
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "text": self.text,
+                "finish_reason": self.finish_reason,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "generation_s": round(self.generation_s, 4),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: str) -> StoredAnswer:
+        data = json.loads(raw)
+        return cls(
+            str(data["text"]),
+            str(data["finish_reason"]),
+            int(data["prompt_tokens"]),
+            int(data["completion_tokens"]),
+            float(data.get("generation_s", 0.0)),
+        )
+
+    def usage(self) -> Usage:
+        """On a hit the whole prompt was served from cache, so all of it counts as cached."""
+        return _usage(self.prompt_tokens, self.completion_tokens, cached=self.prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    answer: StoredAnswer
+    lookup: Lookup
+
+
+@dataclass(frozen=True, slots=True)
+class LiveAnswer:
+    flight: Flight
+    result: str  # "miss" or "bypass"
+    lookup: Lookup | None
+
+
+class CompletionService:
+    """Answers completion calls from the cache or the backend, and stores what the backend computes."""
+
+    def __init__(
+        self,
+        cache: SemanticCache,
+        backend: Backend,
+        stats: HitStats,
+        metrics: GatewayMetrics,
+        *,
+        scope_secret: bytes,
+        max_pending: int,
+        store_truncated: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.backend = backend
+        self.stats = stats
+        self.metrics = metrics
+        self.scope_secret = scope_secret
+        self.max_pending = max_pending
+        self.store_truncated = store_truncated
+        self._flights: dict[str, Flight] = {}
+        self._pending = 0
+        self._store_error_logged_at = 0.0
+        self.store_healthy = True
+
+    async def answer(self, call: CompletionCall) -> CachedAnswer | LiveAnswer:
+        """A stored answer, or a generation (possibly shared with identical concurrent calls)."""
+        if call.request.model not in self.backend.served_models():
+            raise NotFound(
+                f"The model '{call.request.model}' does not exist.", param="model", code="model_not_found"
+            )
+        scope = self.scope_of(call)
+        lookup = await self._lookup(scope, call.control)
+        if lookup is not None and lookup.hit and lookup.entry is not None:
+            stored = StoredAnswer.from_json(lookup.entry.response)
+            self._record(call, scope, lookup, lookup.kind.value, stored)
+            return CachedAnswer(stored, lookup)
+        result = LookupKind.BYPASS.value if call.control.bypass else LookupKind.MISS.value
+        self._record(call, scope, lookup, result, None)
+        coalesce = not call.control.bypass and not call.control.no_store
+        flight = self._flights.get(scope.exact_key) if coalesce else None
+        if flight is None:
+            flight = self._launch(call, scope, lookup, coalesce)
+        return LiveAnswer(flight, result, lookup)
+
+    def scope_of(self, call: CompletionCall) -> RequestScope:
+        body = call.request.model_dump(exclude_unset=True)
+        try:
+            return build_scope(
+                body, tenant=call.tenant, embedder=self.cache.embedder.name, secret=self.scope_secret
+            )
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from error
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def _record(
+        self,
+        call: CompletionCall,
+        scope: RequestScope,
+        lookup: Lookup | None,
+        result: str,
+        stored: StoredAnswer | None,
+    ) -> None:
+        tokens = _tokens(stored) if stored is not None else 0
+        seconds = stored.generation_s if stored is not None else 0.0
+        self.stats.record(call.tenant, scope.model, result, tokens, seconds)
+        metrics = self.metrics
+        metrics.requests.labels(scope.endpoint, call.tenant, scope.model, result).inc()
+        if stored is not None:
+            metrics.tokens_saved.inc(tokens)
+            metrics.seconds_saved.inc(seconds)
+        if lookup is not None and lookup.kind is not LookupKind.BYPASS:
+            metrics.lookup_seconds.observe(lookup.total_ms / 1000.0)
+            if lookup.embed_ms:
+                metrics.embed_seconds.observe(lookup.embed_ms / 1000.0)
+            if lookup.similarity is not None and lookup.kind is not LookupKind.EXACT_HIT:
+                label = "hit" if lookup.kind is LookupKind.SEMANTIC_HIT else "miss"
+                metrics.similarity.labels(label).observe(lookup.similarity)
+
+    def _launch(
+        self, call: CompletionCall, scope: RequestScope, lookup: Lookup | None, coalesce: bool
+    ) -> Flight:
+        if self._pending >= self.max_pending:
+            raise RateLimited(
+                "kvgate is at capacity; retry shortly.", code="overloaded", headers={"Retry-After": "1"}
+            )
+        self._pending += 1
+        self.metrics.pending.set(self._pending)
+
+        async def before_finish(flight: Flight, finished: Finished) -> None:
+            await self._store(call, scope, lookup, flight.text, finished, flight.duration_s)
+
+        async def on_done(flight: Flight) -> None:
+            self._pending -= 1
+            self.metrics.pending.set(self._pending)
+            if self._flights.get(scope.exact_key) is flight:
+                del self._flights[scope.exact_key]
+
+        flight = Flight(self.backend, generation_request(call), before_finish, on_done)
+        if coalesce:
+            self._flights[scope.exact_key] = flight
+        return flight
+
+    async def _lookup(self, scope: RequestScope, control: CacheControl) -> Lookup | None:
+        try:
+            lookup = await self.cache.lookup(scope, control)
+        except (RedisError, OSError) as error:
+            self._store_failed("lookup", error)
+            return None
+        self._store_ok()
+        return lookup
+
+    async def _store(
+        self,
+        call: CompletionCall,
+        scope: RequestScope,
+        lookup: Lookup | None,
+        text: str,
+        finished: Finished,
+        generation_s: float,
+    ) -> None:
+        if call.control.no_store or (finished.finish_reason == "length" and not self.store_truncated):
+            return
+        stored = StoredAnswer(
+            text, finished.finish_reason, finished.prompt_tokens, finished.completion_tokens, generation_s
+        )
+        vector = lookup.vector if lookup is not None else None
+        try:
+            await self.cache.insert(scope, stored.to_json(), call.control, tags=call.tags, vector=vector)
+            self._store_ok()
+        except (RedisError, OSError) as error:
+            self._store_failed("insert", error)
+
+    def _store_ok(self) -> None:
+        self.store_healthy = True
+        self.metrics.store_up.set(1)
+
+    def _store_failed(self, operation: str, error: Exception) -> None:
+        self.store_healthy = False
+        self.metrics.store_up.set(0)
+        now = time.monotonic()
+        if now - self._store_error_logged_at >= 60.0:
+            self._store_error_logged_at = now
+            logger.error(
+                "cache store unavailable during %s (failing open to the backend): %s", operation, error
+            )
+
+
+def generation_request(call: CompletionCall) -> GenerationRequest:
+    request = call.request
+    messages = None
+    prompt = None
+    if isinstance(request, ChatCompletionRequest):
+        messages = [{"role": message.role, "content": message.text} for message in request.messages]
+    else:
+        prompt = request.prompt_text
+    return GenerationRequest(
+        request_id=call.request_id,
+        tenant=call.tenant,
+        model=request.model,
+        messages=messages,
+        prompt=prompt,
+        max_tokens=request.max_new_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=request.seed,
+        stop=request.stop_strings,
+        body=request.model_dump(exclude_unset=True),
+    )
+
+
+def usage_of(finished: Finished) -> Usage:
+    return _usage(finished.prompt_tokens, finished.completion_tokens, cached=finished.cached_tokens)
+
+
+def _usage(prompt: int, completion: int, cached: int) -> Usage:
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details={"cached_tokens": cached},
+    )
+
+
+def _tokens(stored: StoredAnswer) -> int:
+    return stored.prompt_tokens + stored.completion_tokens

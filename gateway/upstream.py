@@ -1,0 +1,123 @@
+"""Reverse-proxy mode: misses go to an upstream OpenAI-compatible server over httpx.
+
+The client's body is forwarded as it came (with `stream: true` and usage requested, so the answer can be
+stored once complete); the upstream's SSE chunks become `TextDelta`s. Upstream errors keep their status and,
+where the upstream sent OpenAI's error shape, its message and type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.errors import UpstreamFailed
+
+
+class UpstreamBackend:
+    """An OpenAI-compatible server reached over HTTP."""
+
+    name = "upstream"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        models: list[str],
+        timeout_s: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            transport=transport,
+        )
+        self._models = models
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        path = "chat/completions" if request.messages is not None else "completions"
+        body = {**request.body, "stream": True, "stream_options": {"include_usage": True}}
+        finish_reason: str | None = None
+        usage: dict[str, Any] = {}
+        try:
+            async with self._client.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _upstream_error(response)
+                async for data in _sse_data(response):
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise _error_from_body(chunk, 502)
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or []:
+                        text = (choice.get("delta") or {}).get("content") or choice.get("text")
+                        if text:
+                            yield TextDelta(text)
+                        finish_reason = choice.get("finish_reason") or finish_reason
+        except httpx.TimeoutException as error:
+            raise UpstreamFailed(
+                "The upstream server timed out.", status_code=504, code="upstream_timeout"
+            ) from error
+        except httpx.TransportError as error:
+            raise UpstreamFailed(
+                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
+            ) from error
+        details = usage.get("prompt_tokens_details") or {}
+        yield Finished(
+            finish_reason="length" if finish_reason == "length" else "stop",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            cached_tokens=int(details.get("cached_tokens", 0)),
+        )
+
+    async def abort(self, request_id: str) -> None:
+        # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
+        return None
+
+    def served_models(self) -> list[str]:
+        return list(self._models)
+
+    def max_context_tokens(self) -> int | None:
+        return None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        if data:
+            yield data
+
+
+def _upstream_error(response: httpx.Response) -> UpstreamFailed:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return _error_from_body(body, response.status_code)
+    return UpstreamFailed(
+        f"The upstream server answered {response.status_code}.", status_code=response.status_code
+    )
+
+
+def _error_from_body(body: dict[str, Any], status_code: int) -> UpstreamFailed:
+    error = body.get("error") or {}
+    return UpstreamFailed(
+        str(error.get("message") or "The upstream server returned an error."),
+        status_code=status_code,
+        error_type=error.get("type"),
+        param=error.get("param"),
+        code=error.get("code"),
+    )

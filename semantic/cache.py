@@ -1,0 +1,235 @@
+"""The semantic cache's request flow: lookup (exact, then semantic), insert, purge, rebuild.
+
+    lookup:  exact key in Redis (no embedding)  ->  embed the prompt (micro-batched, off the loop)
+             ->  search the scope's FAISS index  ->  read the candidates from Redis (gone = miss, and
+             out of the index)  ->  the HitRule judges the nearest fresh one
+    insert:  embed unless the lookup already did  ->  store in Redis (one entry per exact key)
+             ->  index locally; other processes learn of it from the change stream
+
+The gateway builds a `RequestScope` (`semantic/scope.py`) and a `CacheControl` from the request, and
+calls `lookup`, then on a miss `insert` with the lookup's vector. Knows the store, index, embedder and
+rule through their protocols; knows nothing about HTTP or the OpenAI response shape (a response is
+an opaque string here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from semantic.embed_batcher import EmbedBatcher
+from semantic.embedder import Embedder, Vectors
+from semantic.index import IndexConfig, Neighbour, RebuildProgress
+from semantic.purge import PurgeSelector, purge
+from semantic.scope import RequestScope
+from semantic.store import CacheEntry, EntryStore
+from semantic.sync import IndexSync
+from semantic.verdict import HitRule
+
+
+class LookupKind(StrEnum):
+    EXACT_HIT = "exact_hit"
+    SEMANTIC_HIT = "semantic_hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheControl:
+    """Per-request controls (the gateway maps `Cache-Control` and its strictness header onto these).
+
+    bypass: skip the lookup (still store). no_store: do not store. max_age_s: accept only entries at
+    most this old, and store with this TTL. strictness in [0, 1]: passed to the rule, only raises the bar.
+    """
+
+    bypass: bool = False
+    no_store: bool = False
+    max_age_s: float | None = None
+    strictness: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_age_s is not None and self.max_age_s < 0:
+            raise ValueError("max_age_s must not be negative")
+        if not 0.0 <= self.strictness <= 1.0:
+            raise ValueError("strictness must be in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """How the cache behaves. `default_ttl_s=None` keeps entries until purged or evicted."""
+
+    default_ttl_s: float | None = 7 * 24 * 3600.0
+    candidates: int = 4  # neighbours read from Redis, so that gone or too-old ones can be skipped
+    max_batch: int = 64
+    max_wait_ms: float = 1.0
+    hnsw_threshold: int = 100_000
+    follow_block_ms: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What a lookup found. `entry` is set on a hit; `reason` says why in a few words (for logs)."""
+
+    kind: LookupKind
+    entry: CacheEntry | None = None
+    similarity: float | None = None  # of the nearest candidate judged, hit or not
+    reason: str = ""
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    total_ms: float = 0.0
+    vector: Vectors | None = field(default=None, repr=False)  # pass to `insert` on a miss
+
+    @property
+    def hit(self) -> bool:
+        return self.kind in (LookupKind.EXACT_HIT, LookupKind.SEMANTIC_HIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """The entry now answering this request: ours (`new`), or one another writer stored first."""
+
+    entry_id: str
+    new: bool
+    semantic: bool  # False: stored for the exact layer only
+    reason: str = ""  # why not semantic, when it is not
+
+
+class SemanticCache:
+    """Exact and semantic answer cache over a shared store, with this process's index kept in sync."""
+
+    def __init__(
+        self, store: EntryStore, embedder: Embedder, rule: HitRule, config: CacheConfig | None = None
+    ) -> None:
+        self.config = config or CacheConfig()
+        self.store = store
+        self.embedder = embedder
+        self.rule = rule
+        self.batcher = EmbedBatcher(embedder, self.config.max_batch, self.config.max_wait_ms)
+        index_config = IndexConfig(embedder.dimension, hnsw_threshold=self.config.hnsw_threshold)
+        self.sync = IndexSync(store, index_config, block_ms=self.config.follow_block_ms)
+
+    async def start(self, progress: RebuildProgress | None = None) -> int:
+        """Rebuild the index from the store and start following the change stream. Returns vectors indexed."""
+        return await self.sync.start(progress)
+
+    async def stop(self) -> None:
+        await self.sync.stop()
+        await self.batcher.close()
+
+    async def rebuild(self, progress: RebuildProgress | None = None) -> int:
+        return await self.sync.rebuild(progress)
+
+    async def lookup(self, scope: RequestScope, control: CacheControl | None = None) -> Lookup:
+        """Exact layer, then semantic layer. Never raises for a miss; Redis errors propagate."""
+        control = control or CacheControl()
+        started = time.perf_counter()
+        if control.bypass:
+            return Lookup(LookupKind.BYPASS, reason="lookup bypassed")
+        min_created = 0.0 if control.max_age_s is None else time.time() - control.max_age_s
+        entry = await self.store.get_exact(scope, min_created)
+        if entry is not None:
+            return Lookup(LookupKind.EXACT_HIT, entry, 1.0, "exact match", total_ms=_ms_since(started))
+        if not scope.semantic:
+            return Lookup(LookupKind.MISS, reason=scope.semantic_refusal or "", total_ms=_ms_since(started))
+        if self.sync.index.scope_size(scope.scope_id) == 0:  # nothing to compare with: skip the embedder
+            return Lookup(LookupKind.MISS, reason="empty scope", total_ms=_ms_since(started))
+
+        embed_started = time.perf_counter()
+        embedding = await self.batcher.embed(scope.prompt)
+        embed_ms = _ms_since(embed_started)
+        if embedding.vector is None:
+            reason = (
+                f"prompt has {embedding.num_tokens} tokens, over the embedder's {self.embedder.max_tokens}"
+            )
+            return Lookup(LookupKind.MISS, reason=reason, embed_ms=embed_ms, total_ms=_ms_since(started))
+        search_started = time.perf_counter()
+        neighbours = self.sync.index.search(scope.scope_id, embedding.vector, self.config.candidates)
+        search_ms = _ms_since(search_started)
+
+        found = await self._fresh_candidate(scope.scope_id, neighbours, min_created)
+        if found is None:
+            return Lookup(
+                LookupKind.MISS,
+                reason="no candidate",
+                embed_ms=embed_ms,
+                search_ms=search_ms,
+                total_ms=_ms_since(started),
+                vector=embedding.vector,
+            )
+        candidate, similarity = found
+        verdict = await asyncio.to_thread(
+            self.rule.judge, scope.prompt, candidate.prompt, similarity, control.strictness
+        )
+        if verdict.hit:
+            await self.store.record_hit(scope.scope_id, candidate.entry_id)
+        return Lookup(
+            LookupKind.SEMANTIC_HIT if verdict.hit else LookupKind.MISS,
+            entry=candidate if verdict.hit else None,
+            similarity=similarity,
+            reason=verdict.reason,
+            embed_ms=embed_ms,
+            search_ms=search_ms,
+            total_ms=_ms_since(started),
+            vector=embedding.vector,
+        )
+
+    async def insert(
+        self,
+        scope: RequestScope,
+        response: str,
+        control: CacheControl | None = None,
+        *,
+        tags: tuple[str, ...] = (),
+        vector: Vectors | None = None,
+    ) -> Inserted | None:
+        """Store `response` for this request (None when `no_store`). Pass the lookup's `vector` if any."""
+        control = control or CacheControl()
+        if control.no_store:
+            return None
+        reason = scope.semantic_refusal or ""
+        if scope.semantic and vector is None:
+            embedding = await self.batcher.embed(scope.prompt)
+            vector = embedding.vector
+            if vector is None:
+                reason = f"prompt has {embedding.num_tokens} tokens, over the embedder's {self.embedder.max_tokens}"
+        if not scope.semantic:
+            vector = None
+        ttl_s = self.config.default_ttl_s if control.max_age_s is None else control.max_age_s
+        # Under max-age, an older answer for the same exact request is replaced, not kept.
+        replace_before = 0.0 if control.max_age_s is None else time.time() - control.max_age_s
+        entry_id, new = await self.store.put(scope, response, vector, ttl_s, tags, replace_before)
+        if new and vector is not None:
+            expires = None if ttl_s is None else time.time() + ttl_s
+            self.sync.add_local(scope.scope_id, entry_id, vector, expires)
+        return Inserted(entry_id, new, semantic=vector is not None, reason=reason)
+
+    async def purge(self, selector: PurgeSelector) -> int:
+        """Delete matching entries from Redis (every process's index follows); returns how many went."""
+        return await purge(self.store, selector, on_deleted=self._forget)
+
+    def _forget(self, scope_id: str, entry_ids: list[str]) -> None:
+        self.sync.index.remove(scope_id, entry_ids)
+
+    async def _fresh_candidate(
+        self, scope_id: str, neighbours: list[Neighbour], min_created: float
+    ) -> tuple[CacheEntry, float] | None:
+        """The nearest neighbour still in Redis and fresh enough; gone ones leave the index and the scope."""
+        if not neighbours:
+            return None
+        entries = await self.store.get_many(scope_id, [neighbour.entry_id for neighbour in neighbours])
+        gone = [
+            neighbour.entry_id for neighbour, entry in zip(neighbours, entries, strict=True) if entry is None
+        ]
+        if gone:
+            self.sync.index.remove(scope_id, gone)
+            await self.store.delete(scope_id, gone)
+        for neighbour, entry in zip(neighbours, entries, strict=True):
+            if entry is not None and entry.created >= min_created:
+                return entry, neighbour.similarity
+        return None
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0

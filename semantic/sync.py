@@ -1,0 +1,145 @@
+"""Keeps this process's FAISS index equal to what Redis holds: rebuild at start, then tail the stream.
+
+`rebuild` builds a fresh `VectorIndex` from the store and swaps it in whole, then the follower replays
+the change stream from where the stream stood when the rebuild began, so nothing written during the
+rebuild is lost (replaying an add or delete twice is harmless). The follower also drops entries from
+the index as their TTL passes, and rebuilds when it finds it has missed events.
+
+Knows the store, the change feed and the index; knows nothing about prompts, rules or HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+
+import numpy as np
+from redis.exceptions import RedisError
+
+from semantic.changes import START, Change, StreamId
+from semantic.index import IndexConfig, RebuildProgress, VectorIndex
+from semantic.store import EntryStore
+
+log = logging.getLogger(__name__)
+
+
+class IndexSync:
+    """Owns `index` (replaced on each rebuild: read it through this object, never keep it)."""
+
+    def __init__(self, store: EntryStore, config: IndexConfig, *, block_ms: int = 1000) -> None:
+        self.store = store
+        self.config = config
+        self.block_ms = block_ms
+        self.index = VectorIndex(config)
+        self.applied = 0  # events applied by the follower, for tests and metrics
+        self._after: StreamId = START
+        self._generation = 0
+        self._expiries: list[tuple[float, str, str]] = []  # heap of (expires, scope id, entry id)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_error_log = 0.0
+
+    @property
+    def following(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self, progress: RebuildProgress | None = None) -> int:
+        """Rebuild, then follow the stream in a background task. Returns the number of vectors indexed."""
+        indexed = await self.rebuild(progress)
+        if not self.following:
+            self._task = asyncio.create_task(self._follow(), name="semantic-index-follower")
+        return indexed
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping = True
+        # A cancel can land inside redis-py's blocking XREAD, which may swallow it while it drops the
+        # connection; the flag ends the loop on its next turn, and a second cancel covers the rest.
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=self.block_ms / 1000 + 1.0)
+        self._stopping = False
+
+    async def rebuild(self, progress: RebuildProgress | None = None) -> int:
+        """Index every stored vector afresh; `progress(done, total)` is called as batches load."""
+        tail = await self.store.feed.last_id()
+        fresh = VectorIndex(self.config)
+        expiries: list[tuple[float, str, str]] = []
+        scope_ids = [scope_id async for scope_id in self.store.scope_ids()]
+        total = sum([await self.store.scope_size(scope_id) for scope_id in scope_ids])
+        done = 0
+        if progress is not None:
+            progress(done, total)
+        for scope_id in scope_ids:
+            async for entry_ids, vectors, expires in self.store.scope_vectors(scope_id):
+                if entry_ids:
+                    fresh.add(scope_id, entry_ids, vectors)
+                expiries += [
+                    (at, scope_id, entry_id) for entry_id, at in zip(entry_ids, expires, strict=True) if at
+                ]
+                done += len(entry_ids)
+                if progress is not None:
+                    progress(min(done, total), total)
+        if progress is not None:
+            progress(total, total)
+        heapq.heapify(expiries)
+        self.index, self._expiries = fresh, expiries
+        self._after = tail
+        self._generation += 1
+        return len(fresh)
+
+    def apply(self, change: Change) -> None:
+        """Bring one stream event into the index (idempotent)."""
+        if change.op == "add" and change.vector is not None:
+            self.index.add(change.scope_id, list(change.entry_ids), change.vector.reshape(1, -1))
+            if change.expires is not None:
+                heapq.heappush(self._expiries, (change.expires, change.scope_id, change.entry_ids[0]))
+        elif change.op == "delete":
+            self.index.remove(change.scope_id, list(change.entry_ids))
+
+    def add_local(self, scope_id: str, entry_id: str, vector: np.ndarray, expires: float | None) -> None:
+        """Index an entry this process just stored, without waiting for its event to come back."""
+        self.index.add(scope_id, [entry_id], vector.reshape(1, -1))
+        if expires is not None:
+            heapq.heappush(self._expiries, (expires, scope_id, entry_id))
+
+    def drop_expired(self, now: float | None = None) -> int:
+        """Remove entries whose TTL has passed from the index; Redis has already dropped them."""
+        now = time.time() if now is None else now
+        dropped = 0
+        while self._expiries and self._expiries[0][0] <= now:
+            _, scope_id, entry_id = heapq.heappop(self._expiries)
+            dropped += self.index.remove(scope_id, [entry_id])
+        return dropped
+
+    async def _follow(self) -> None:
+        while not self._stopping:
+            try:
+                generation, after = self._generation, self._after
+                changes = await self.store.feed.read(after, block_ms=self.block_ms)
+                if generation != self._generation:
+                    continue  # a rebuild swapped the index while we waited: replay from its tail
+                if await self.store.feed.missed_since(after):
+                    log.warning("semantic index missed stream events; rebuilding from the store")
+                    await self.rebuild()
+                    continue
+                for change in changes:
+                    self.apply(change)
+                    self._after = change.stream_id
+                self.applied += len(changes)
+                self.drop_expired()
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as error:
+                self._log_once_per_interval(error)
+                await asyncio.sleep(1.0)
+
+    def _log_once_per_interval(self, error: Exception, interval_s: float = 30.0) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= interval_s:
+            self._last_error_log = now
+            log.warning("semantic index follower cannot read the change stream: %s", error)

@@ -1,0 +1,55 @@
+"""A small scripted backend for the gateway's own tests (the real engine is tested in tests/integration)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.errors import InvalidRequest
+
+MODEL = "fake-model"
+
+
+@dataclass
+class ScriptedBackend:
+    """Answers 'echo: <last turn>' word by word; counts calls and aborts; can be slowed down."""
+
+    delay_s: float = 0.0
+    finish_reason: str = "stop"
+    context_tokens: int = 512
+    name: str = "scripted"
+    calls: list[GenerationRequest] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    active: set[str] = field(default_factory=set)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        prompt = request.messages[-1]["content"] if request.messages else request.prompt or ""
+        prompt_tokens = len(prompt.split()) + 3
+        if prompt_tokens > self.context_tokens:
+            raise InvalidRequest(
+                f"This model's maximum context length is {self.context_tokens} tokens.",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        self.calls.append(request)
+        self.active.add(request.request_id)
+        words = f"echo: {prompt}".split(" ")
+        try:
+            for index, word in enumerate(words):
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                yield TextDelta(word if index == 0 else " " + word)
+            yield Finished(self.finish_reason, prompt_tokens, len(words), cached_tokens=2)  # type: ignore[arg-type]
+        finally:
+            self.active.discard(request.request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def served_models(self) -> list[str]:
+        return [MODEL]
+
+    def max_context_tokens(self) -> int | None:
+        return self.context_tokens

@@ -1,0 +1,92 @@
+"""The completion routes against a scripted backend: JSON, SSE, cache headers and replay."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from tests.gateway.conftest import auth, chat
+from tests.gateway.fakes import MODEL, ScriptedBackend
+
+
+def sse_events(text: str) -> list[str]:
+    return [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_miss_then_exact_hit_returns_the_same_answer(client: TestClient, backend: ScriptedBackend) -> None:
+    first = client.post("/v1/chat/completions", json=chat("What is the capital of France?"), headers=auth())
+    second = client.post("/v1/chat/completions", json=chat("What is the capital of France?"), headers=auth())
+
+    assert first.status_code == 200 and second.status_code == 200
+    assert first.headers["x-kvgate-cache"] == "miss"
+    assert second.headers["x-kvgate-cache"] == "exact-hit"
+    one, two = first.json(), second.json()
+    assert one["choices"][0]["message"]["content"] == "echo: What is the capital of France?"
+    assert two["choices"][0]["message"] == one["choices"][0]["message"]
+    assert two["id"] != one["id"] and two["id"].startswith("chatcmpl-")
+    assert one["usage"]["prompt_tokens_details"]["cached_tokens"] == 2  # the engine's prefix reuse
+    assert len(backend.calls) == 1
+
+
+def test_paraphrase_is_a_semantic_hit_with_similarity_and_entry_id(client: TestClient) -> None:
+    client.post("/v1/chat/completions", json=chat("How do I reset my password?"), headers=auth())
+    response = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+
+    assert response.headers["x-kvgate-cache"] == "semantic-hit"
+    assert 0.9 <= float(response.headers["x-kvgate-similarity"]) <= 1.0
+    assert len(response.headers["x-kvgate-entry-id"]) >= 16
+
+
+def test_streaming_miss_then_streamed_replay(client: TestClient) -> None:
+    body = chat("Tell me about streams", stream=True, stream_options={"include_usage": True})
+    live = client.post("/v1/chat/completions", json=body, headers=auth())
+    replay = client.post("/v1/chat/completions", json=body, headers=auth())
+
+    for response, expected_cache in ((live, "miss"), (replay, "exact-hit")):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-kvgate-cache"] == expected_cache
+        events = sse_events(response.text)
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(event) for event in events[:-1]]
+        assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        text = "".join(
+            chunk["choices"][0]["delta"].get("content", "") for chunk in chunks if chunk["choices"]
+        )
+        assert text == "echo: Tell me about streams"
+        finish = [chunk["choices"][0]["finish_reason"] for chunk in chunks if chunk["choices"]]
+        assert finish[-1] == "stop"
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+        assert len({chunk["id"] for chunk in chunks}) == 1
+
+
+def test_legacy_completions_json_and_stream(client: TestClient) -> None:
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8}
+    whole = client.post("/v1/completions", json=body, headers=auth()).json()
+    assert whole["object"] == "text_completion"
+    assert whole["choices"][0]["text"] == "echo: Once upon a time"
+
+    streamed = client.post("/v1/completions", json=body | {"stream": True}, headers=auth())
+    events = sse_events(streamed.text)
+    text = "".join(json.loads(event)["choices"][0]["text"] for event in events[:-1])
+    assert text == "echo: Once upon a time" and events[-1] == "[DONE]"
+
+
+def test_models_lists_the_backend_models(client: TestClient) -> None:
+    body = client.get("/v1/models", headers=auth()).json()
+    assert body["object"] == "list" and [card["id"] for card in body["data"]] == [MODEL]
+
+
+def test_tenants_never_share_answers(client: TestClient, backend: ScriptedBackend) -> None:
+    client.post("/v1/chat/completions", json=chat("Shared question?"), headers=auth("key-alpha"))
+    other = client.post("/v1/chat/completions", json=chat("Shared question?"), headers=auth("key-beta"))
+    assert other.headers["x-kvgate-cache"] == "miss"
+    assert len(backend.calls) == 2
+
+
+def test_truncated_answers_are_not_stored(client: TestClient, backend: ScriptedBackend) -> None:
+    backend.finish_reason = "length"
+    client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
+    again = client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
+    assert again.headers["x-kvgate-cache"] == "miss"
+    assert again.json()["choices"][0]["finish_reason"] == "length"

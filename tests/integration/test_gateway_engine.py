@@ -1,0 +1,107 @@
+"""kvgate end to end: the official openai client, a real uvicorn server, the real SmolLM2 engine,
+the real MiniLM embedder and a real (embedded) Redis-protocol store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.gateway.live_server import serve
+
+pytestmark = pytest.mark.slow
+
+MODEL = "smollm2-135m-instruct"
+SYSTEM = "You are a concise assistant. Answer in one short sentence."
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("e2e"), kv_cache_tokens=4096, default_max_tokens=32)
+    return create_app(settings)
+
+
+@pytest.fixture(scope="module")
+def base_url(app: FastAPI) -> Iterator[str]:
+    with serve(app) as url:
+        yield url
+
+
+@pytest.fixture
+def client(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+def ask(client: openai.OpenAI, question: str, **fields: Any) -> tuple[str, Any]:
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+        temperature=0,
+        max_tokens=24,
+        **fields,
+    )
+    return raw.headers["x-kvgate-cache"], raw.parse()
+
+
+def test_layers_answer_in_order(client: openai.OpenAI) -> None:
+    cache, cold = ask(client, "What is the capital of France?")
+    assert cache == "miss" and "Paris" in (cold.choices[0].message.content or "")
+    cache, again = ask(client, "What is the capital of France?")
+    assert cache == "exact-hit" and again.choices[0].message.content == cold.choices[0].message.content
+    cache, paraphrase = ask(client, "What's the capital city of France?")
+    assert (
+        cache == "semantic-hit" and paraphrase.choices[0].message.content == cold.choices[0].message.content
+    )
+
+
+def test_a_miss_reuses_the_engine_prefix_cache(client: openai.OpenAI) -> None:
+    _, first = ask(client, "Name a primary colour.")
+    _, second = ask(client, "Name a large ocean.")
+    assert first.usage.prompt_tokens_details.cached_tokens == 0 or first.usage.prompt_tokens > 16
+    assert second.usage.prompt_tokens_details.cached_tokens >= 16  # the system prompt's full blocks
+
+
+def test_streaming_from_the_engine(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count from one to five."}],
+        temperature=0,
+        max_tokens=20,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_client_disconnect_aborts_and_frees_blocks(app: FastAPI, base_url: str) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "max_tokens": 400,
+        "stream": True,
+    }
+    with (
+        httpx.Client(base_url=base_url, timeout=60) as http,
+        http.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        for line in response.iter_lines():
+            if '"content":' in line and '"role"' not in line:
+                break
+    client = app.state.backend.client
+    scheduler = client.engine.scheduler
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and scheduler.block_manager.stats().num_blocks_in_use:
+        time.sleep(0.05)
+    assert scheduler.block_manager.stats().num_blocks_in_use == 0
+    assert (len(scheduler.running), len(scheduler.waiting)) == (0, 0)
+    assert client.metrics.finished.get("abort", 0) >= 1
