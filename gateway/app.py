@@ -76,6 +76,8 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 scope_secret=settings.scope_secret.get_secret_value().encode(),
                 max_pending=settings.max_pending,
                 store_truncated=settings.store_truncated,
+                log_prompts=settings.log_prompts,
+                shadow_mode=settings.shadow_mode,
             )
             logger.info(
                 "kvgate ready: store=%s backend=%s embedder=%s", store.kind, backend.name, embedder.name

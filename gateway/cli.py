@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,6 +17,7 @@ from engine.model_files import (
     ensure_packaged_gguf,
     resolve_generator,
 )
+from gateway.request_log import configure_logging
 from gateway.settings import Settings
 from semantic.embedder_source import resolve_embedder
 
@@ -41,11 +42,15 @@ def serve(
     settings = Settings()
     overrides = {key: value for key, value in {"host": host, "port": port}.items() if value is not None}
     settings = settings.model_copy(update=overrides)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(settings.log_level, json_lines=settings.log_format == "json")
     _pull_missing(settings)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+    )
 
 
 @app.command()
@@ -80,6 +85,34 @@ def models(
     Console().print(table)
     if check and not (embedder.present and generator.present):
         raise typer.Exit(code=1)
+
+
+@app.command()
+def report(
+    url: Annotated[
+        str | None, typer.Option(help="The gateway to read (default: http://KVGATE_HOST:KVGATE_PORT).")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write a self-contained HTML page with charts to this file.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's traffic.")] = None,
+) -> None:
+    """Print the hit-rate report of a running gateway (admin token from KVGATE_ADMIN_TOKEN)."""
+    from gateway.report import ReportError, default_url, fetch_stats, print_report
+    from gateway.report_html import render_html
+
+    settings = Settings()
+    source = url or default_url(settings.host, settings.port)
+    token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    try:
+        stats = fetch_stats(source, token, tenant)
+    except ReportError as error:
+        console.print(f"[red]kvgate report:[/red] {error}")
+        raise typer.Exit(code=2) from error
+    print_report(stats, Console(), source, tenant)
+    if html is not None:
+        html.write_text(render_html(stats, source, tenant), encoding="utf-8")
+        console.print(f"HTML report written to {html}")
 
 
 def _pull_missing(settings: Settings) -> None:

@@ -23,9 +23,11 @@ from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.flight import Flight
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
+from gateway.shadow import ShadowStats
 from gateway.stats import HitStats
 from semantic.cache import CacheControl, Lookup, LookupKind, SemanticCache
 from semantic.scope import RequestScope, build_scope
+from semantic.store import CacheEntry
 
 logger = logging.getLogger("kvgate.service")
 
@@ -91,6 +93,7 @@ class LiveAnswer:
     flight: Flight
     result: str  # "miss" or "bypass"
     lookup: Lookup | None
+    shadowed: bool = False  # shadow mode: a semantic hit was found but not served
 
 
 class CompletionService:
@@ -106,6 +109,8 @@ class CompletionService:
         scope_secret: bytes,
         max_pending: int,
         store_truncated: bool = False,
+        log_prompts: bool = False,
+        shadow_mode: bool = False,
     ) -> None:
         self.cache = cache
         self.backend = backend
@@ -114,6 +119,9 @@ class CompletionService:
         self.scope_secret = scope_secret
         self.max_pending = max_pending
         self.store_truncated = store_truncated
+        self.log_prompts = log_prompts
+        self.shadow_mode = shadow_mode
+        self.shadow = ShadowStats()
         self._flights: dict[str, Flight] = {}
         self._pending = 0
         self._store_error_logged_at = 0.0
@@ -127,17 +135,22 @@ class CompletionService:
             )
         scope = self.scope_of(call)
         lookup = await self._lookup(scope, call.control)
+        shadowed: CacheEntry | None = None
         if lookup is not None and lookup.hit and lookup.entry is not None:
-            stored = StoredAnswer.from_json(lookup.entry.response)
-            self._record(call, scope, lookup, lookup.kind.value, stored)
-            return CachedAnswer(stored, lookup)
+            if lookup.kind is LookupKind.SEMANTIC_HIT and self.shadow_mode:
+                self.shadow.record_candidate()  # counted and compared, never served
+                shadowed = lookup.entry
+            else:
+                stored = StoredAnswer.from_json(lookup.entry.response)
+                self._record(call, scope, lookup, lookup.kind.value, stored)
+                return CachedAnswer(stored, lookup)
         result = LookupKind.BYPASS.value if call.control.bypass else LookupKind.MISS.value
         self._record(call, scope, lookup, result, None)
         coalesce = not call.control.bypass and not call.control.no_store
         flight = self._flights.get(scope.exact_key) if coalesce else None
         if flight is None:
-            flight = self._launch(call, scope, lookup, coalesce)
-        return LiveAnswer(flight, result, lookup)
+            flight = self._launch(call, scope, lookup, coalesce, shadowed)
+        return LiveAnswer(flight, result, lookup, shadowed is not None)
 
     def scope_of(self, call: CompletionCall) -> RequestScope:
         body = call.request.model_dump(exclude_unset=True)
@@ -147,6 +160,15 @@ class CompletionService:
             )
         except ValueError as error:
             raise InvalidRequest(str(error)) from error
+
+    def prompt_for_log(self, call: CompletionCall) -> str | None:
+        """The last turn's text, only when the operator asked for prompts in logs."""
+        if not self.log_prompts:
+            return None
+        request = call.request
+        return (
+            request.messages[-1].text if isinstance(request, ChatCompletionRequest) else request.prompt_text
+        )
 
     @property
     def pending(self) -> int:
@@ -162,7 +184,7 @@ class CompletionService:
     ) -> None:
         tokens = _tokens(stored) if stored is not None else 0
         seconds = stored.generation_s if stored is not None else 0.0
-        self.stats.record(call.tenant, scope.model, result, tokens, seconds)
+        self.stats.record(call.tenant, scope.model, result, tokens, seconds, scope_id=scope.scope_id)
         metrics = self.metrics
         metrics.requests.labels(scope.endpoint, call.tenant, scope.model, result).inc()
         if stored is not None:
@@ -177,7 +199,12 @@ class CompletionService:
                 metrics.similarity.labels(label).observe(lookup.similarity)
 
     def _launch(
-        self, call: CompletionCall, scope: RequestScope, lookup: Lookup | None, coalesce: bool
+        self,
+        call: CompletionCall,
+        scope: RequestScope,
+        lookup: Lookup | None,
+        coalesce: bool,
+        shadowed: CacheEntry | None = None,
     ) -> Flight:
         if self._pending >= self.max_pending:
             raise RateLimited(
@@ -187,6 +214,9 @@ class CompletionService:
         self.metrics.pending.set(self._pending)
 
         async def before_finish(flight: Flight, finished: Finished) -> None:
+            if shadowed is not None:
+                cached = StoredAnswer.from_json(shadowed.response).text
+                self.shadow.record_comparison(cached, flight.text, call.request_id, shadowed.entry_id)
             await self._store(call, scope, lookup, flight.text, finished, flight.duration_s)
 
         async def on_done(flight: Flight) -> None:

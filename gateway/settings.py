@@ -107,6 +107,15 @@ class Settings(BaseSettings):
     target_false_hit_rate: float = Field(default=0.02, gt=0, lt=0.5)
     """The semantic rule's bound on wrong hits among hits."""
 
+    shadow_mode: bool = False
+    """Count and log semantic hits but answer them from the backend, comparing the two answers (tuning)."""
+
+    log_format: str = "json"
+    """`json` (one object per line, for log pipelines) or `text`."""
+
+    log_prompts: bool = False
+    """Put the last user turn in access logs. Off by default: prompts are user data."""
+
     log_level: str = "info"
     """Python log level name for kvgate's own loggers."""
 
@@ -115,6 +124,13 @@ class Settings(BaseSettings):
     def _known_level(cls, value: str) -> str:
         if value.lower() not in {"debug", "info", "warning", "error", "critical"}:
             raise ValueError(f"unknown log level {value!r}")
+        return value.lower()
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value.lower() not in {"json", "text"}:
+            raise ValueError("log_format is 'json' or 'text'")
         return value.lower()
 
     @property

@@ -11,6 +11,8 @@ from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.report_stats import ScopeHits
+
 RESULTS = ("exact_hit", "semantic_hit", "miss", "bypass")
 _BUCKET_S = 60
 _WINDOW_BUCKETS = 60
@@ -55,11 +57,20 @@ class HitStats:
         self.started = clock()
         self._since_start: dict[tuple[str, str], Tally] = defaultdict(Tally)
         self._buckets: deque[tuple[int, dict[tuple[str, str], Tally]]] = deque()
+        self.scopes = ScopeHits()
 
     def record(
-        self, tenant: str, model: str, result: str, tokens_saved: int = 0, seconds_saved: float = 0.0
+        self,
+        tenant: str,
+        model: str,
+        result: str,
+        tokens_saved: int = 0,
+        seconds_saved: float = 0.0,
+        scope_id: str | None = None,
     ) -> None:
         key = (tenant, model)
+        if scope_id is not None and result in ("exact_hit", "semantic_hit"):
+            self.scopes.add(scope_id, tenant, model, result)
         self._since_start[key].add(result, tokens_saved, seconds_saved)
         minute = int(self._clock() // _BUCKET_S)
         if not self._buckets or self._buckets[-1][0] != minute:
@@ -85,6 +96,7 @@ class HitStats:
             "since_start": _sections(self._since_start, tenant),
             "last_hour": _sections(last_hour, tenant),
             "timeline": timeline,
+            "top_scopes": self.scopes.top(tenant),
         }
 
     def _drop_old(self, minute: int) -> None:

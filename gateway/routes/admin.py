@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.deps import AdminCaller, ServiceDep
 from gateway.errors import InvalidRequest
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.report_stats import prefix_cache, rule_summary, similarity_histogram
 from gateway.service import CompletionCall
 from semantic.purge import PurgeSelector
 
@@ -69,9 +70,17 @@ async def purge(body: PurgeRequest, service: ServiceDep, caller: AdminCaller) ->
 
 
 @router.get("/stats")
-async def stats(service: ServiceDep, caller: AdminCaller, tenant: str | None = None) -> dict[str, Any]:
+async def stats(
+    request: Request, service: ServiceDep, caller: AdminCaller, tenant: str | None = None
+) -> dict[str, Any]:
     """Hit rates (exact, semantic, miss) overall, per tenant and per model; last hour and since start."""
-    return service.stats.report(tenant)
+    registry = request.app.state.metrics.registry
+    return service.stats.report(tenant) | {
+        "similarity": similarity_histogram(registry),
+        "rule": rule_summary(service.cache.rule),
+        "prefix_cache": prefix_cache(registry),
+        "shadow": service.shadow.report() | {"enabled": service.shadow_mode},
+    }
 
 
 def _parse_request(body: dict[str, Any]) -> ChatCompletionRequest | CompletionRequest:

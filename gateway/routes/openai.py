@@ -17,6 +17,7 @@ from gateway.errors import KvgateError, ServiceUnavailable
 from gateway.limits import refuse_unsupported
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
 from gateway.rendering import SSE_DONE, Renderer, replay_pieces, sse
+from gateway.request_log import log_request
 from gateway.service import AnyRequest, CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
 
 router = APIRouter(prefix="/v1")
@@ -77,7 +78,39 @@ async def _complete(
     service.metrics.request_seconds.labels(route, headers["x-kvgate-cache"]).observe(
         time.perf_counter() - started
     )
+    _log(service, call, answer, route, headers["x-kvgate-cache"], response.status_code, started)
     return response
+
+
+def _log(
+    service: CompletionService,
+    call: CompletionCall,
+    answer: CachedAnswer | LiveAnswer,
+    route: str,
+    cache: str,
+    status: int,
+    started: float,
+) -> None:
+    """One structured line per request; tokens are known unless a live stream is still running."""
+    lookup = answer.lookup
+    if isinstance(answer, CachedAnswer):
+        tokens: tuple[int | None, int | None] = (answer.answer.prompt_tokens, answer.answer.completion_tokens)
+    else:
+        finished = answer.flight.finished
+        tokens = (finished.prompt_tokens, finished.completion_tokens) if finished else (None, None)
+    log_request(
+        request_id=call.request_id,
+        route=route,
+        tenant=call.tenant,
+        model=call.request.model,
+        cache=cache,
+        status=status,
+        started=started,
+        similarity=lookup.similarity if lookup is not None else None,
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        prompt=service.prompt_for_log(call),
+    )
 
 
 async def _respond(
@@ -106,7 +139,10 @@ async def _respond(
 
 def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
     if isinstance(answer, LiveAnswer):
-        return {"x-kvgate-cache": answer.result.replace("_", "-")}
+        headers = {"x-kvgate-cache": answer.result.replace("_", "-")}
+        if answer.shadowed:
+            headers["x-kvgate-shadow"] = "semantic-hit"
+        return headers
     lookup = answer.lookup
     headers = {"x-kvgate-cache": lookup.kind.value.replace("_", "-")}
     if lookup.entry is not None:
