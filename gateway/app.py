@@ -21,10 +21,12 @@ from gateway.service import CompletionService
 from gateway.settings import Settings
 from gateway.stats import HitStats
 from gateway.store_runtime import StoreRuntime
+from gateway.tracing import Tracing
 from gateway.upstream import UpstreamBackend
 from semantic.cache import CacheConfig, SemanticCache
 from semantic.embedder import SentenceEmbedder
 from semantic.embedder_source import resolve_embedder
+from semantic.index import rich_progress
 from semantic.store import RedisEntryStore
 from semantic.threshold_rule import CosineThresholdRule
 from semantic.verdict import HitRule
@@ -63,7 +65,9 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 load_rule(settings),
                 CacheConfig(default_ttl_s=settings.cache_ttl_s),
             )
-            await cache.start()
+            with rich_progress("rebuilding the semantic index from the store") as progress:
+                indexed = await cache.start(progress)
+            logger.info("semantic index rebuilt from the store: %d vectors", indexed)
             app.state.store = store
             app.state.embedder = embedder
             app.state.backend = backend
@@ -90,10 +94,12 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             if close is not None:
                 await close()
             await store.close()
+            app.state.tracing.shutdown()
 
     app = FastAPI(title="kvgate", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = GatewayMetrics()
+    app.state.tracing = Tracing.from_endpoint(settings.otlp_endpoint)
     app.state.keys = keys
     app.state.admin_guard = AdminGuard(
         settings.admin_token.get_secret_value() if settings.admin_token else None

@@ -9,6 +9,7 @@ from fastapi import Depends, Header, Request
 from gateway.auth import AdminGuard, KeyRing, Tenant
 from gateway.service import CompletionService
 from gateway.settings import Settings
+from gateway.tracing import Tracing
 
 
 def _settings(request: Request) -> Settings:
@@ -19,6 +20,11 @@ def _settings(request: Request) -> Settings:
 def _service(request: Request) -> CompletionService:
     service: CompletionService = request.app.state.service
     return service
+
+
+def _tracing(request: Request) -> Tracing:
+    tracing: Tracing = request.app.state.tracing
+    return tracing
 
 
 def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> Tenant:
@@ -36,3 +42,4 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 ServiceDep = Annotated[CompletionService, Depends(_service)]
 CurrentTenant = Annotated[Tenant, Depends(_tenant)]
 AdminCaller = Annotated[str, Depends(_admin)]
+TracingDep = Annotated[Tracing, Depends(_tracing)]

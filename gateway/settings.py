@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     shadow_mode: bool = False
     """Count and log semantic hits but answer them from the backend, comparing the two answers (tuning)."""
 
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); unset: no tracing."""
+
     log_format: str = "json"
     """`json` (one object per line, for log pipelines) or `text`."""
 

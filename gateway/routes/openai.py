@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from opentelemetry.trace import Span
 
 from gateway.backend import Finished, GenerationEvent
 from gateway.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
-from gateway.deps import CurrentTenant, ServiceDep
+from gateway.deps import CurrentTenant, ServiceDep, TracingDep
 from gateway.errors import KvgateError, ServiceUnavailable
 from gateway.limits import refuse_unsupported
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
@@ -32,12 +33,14 @@ async def chat_completions(
     request: ChatCompletionRequest,
     service: ServiceDep,
     tenant: CurrentTenant,
+    tracing: TracingDep,
     cache_control: CacheControlHeader = None,
     strictness: StrictnessHeader = None,
     tags: TagsHeader = None,
 ) -> Response:
     """Create a chat completion (JSON or SSE), from the cache when it can."""
-    return await _complete(service, request, tenant.name, cache_control, strictness, tags)
+    with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
+        return await _complete(service, request, tenant.name, cache_control, strictness, tags, span)
 
 
 @router.post("/completions")
@@ -45,12 +48,14 @@ async def completions(
     request: CompletionRequest,
     service: ServiceDep,
     tenant: CurrentTenant,
+    tracing: TracingDep,
     cache_control: CacheControlHeader = None,
     strictness: StrictnessHeader = None,
     tags: TagsHeader = None,
 ) -> Response:
     """Create a legacy text completion (JSON or SSE), from the cache when it can."""
-    return await _complete(service, request, tenant.name, cache_control, strictness, tags)
+    with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
+        return await _complete(service, request, tenant.name, cache_control, strictness, tags, span)
 
 
 @router.get("/models")
@@ -67,6 +72,7 @@ async def _complete(
     cache_control: str | None,
     strictness: str | None,
     tags: str | None,
+    span: Span,
 ) -> Response:
     started = time.perf_counter()
     refuse_unsupported(request)
@@ -79,7 +85,38 @@ async def _complete(
         time.perf_counter() - started
     )
     _log(service, call, answer, route, headers["x-kvgate-cache"], response.status_code, started)
+    _annotate(span, answer, headers["x-kvgate-cache"])
     return response
+
+
+def _operation(request: AnyRequest) -> str:
+    return "chat" if isinstance(request, ChatCompletionRequest) else "text_completion"
+
+
+def _span_request(request: AnyRequest) -> dict[str, Any]:
+    return {
+        "max_tokens": request.max_new_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "seed": request.seed,
+    }
+
+
+def _annotate(span: Span, answer: CachedAnswer | LiveAnswer, cache: str) -> None:
+    """GenAI usage attributes (when known by now) and the cache result on the request's span."""
+    span.set_attribute("kvgate.cache.result", cache)
+    if answer.lookup is not None and answer.lookup.similarity is not None:
+        span.set_attribute("kvgate.cache.similarity", answer.lookup.similarity)
+    if isinstance(answer, CachedAnswer):
+        usage = (answer.answer.prompt_tokens, answer.answer.completion_tokens, answer.answer.finish_reason)
+    else:
+        finished = answer.flight.finished
+        if finished is None:
+            return  # a live stream: usage is not known when the headers go out
+        usage = (finished.prompt_tokens, finished.completion_tokens, finished.finish_reason)
+    span.set_attribute("gen_ai.usage.input_tokens", usage[0])
+    span.set_attribute("gen_ai.usage.output_tokens", usage[1])
+    span.set_attribute("gen_ai.response.finish_reasons", [usage[2]])
 
 
 def _log(

@@ -1,0 +1,59 @@
+"""OpenTelemetry spans for completion requests, following the GenAI semantic conventions.
+
+Off unless `KVGATE_OTLP_ENDPOINT` is set (then spans go to that OTLP/HTTP collector in batches). The span
+of a request is named `chat <model>` or `text_completion <model>` and carries `gen_ai.*` attributes plus
+kvgate's own (`kvgate.cache.result`, `kvgate.cache.similarity`). No prompt or answer text is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+_INSTRUMENTATION = "kvgate.gateway"
+
+
+class Tracing:
+    """A tracer of kvgate's own (never the global provider, so tests and embedders stay isolated)."""
+
+    def __init__(self, processor: SpanProcessor | None) -> None:
+        self.enabled = processor is not None
+        self._provider: TracerProvider | None = None
+        if processor is not None:
+            self._provider = TracerProvider(resource=Resource.create({"service.name": "kvgate"}))
+            self._provider.add_span_processor(processor)
+            self._tracer: Tracer = self._provider.get_tracer(_INSTRUMENTATION)
+        else:
+            self._tracer = trace.NoOpTracer()
+
+    @classmethod
+    def from_endpoint(cls, endpoint: str | None) -> Tracing:
+        if not endpoint:
+            return cls(None)
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return cls(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
+
+    @contextmanager
+    def completion_span(self, operation: str, model: str, request: dict[str, Any]) -> Iterator[Span]:
+        attributes = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.system": "kvgate",
+            "gen_ai.request.model": model,
+            **{f"gen_ai.request.{key}": value for key, value in request.items() if value is not None},
+        }
+        with self._tracer.start_as_current_span(
+            f"{operation} {model}", kind=SpanKind.SERVER, attributes=attributes
+        ) as span:
+            yield span
+
+    def shutdown(self) -> None:
+        if self._provider is not None:
+            self._provider.shutdown()
