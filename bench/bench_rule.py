@@ -1,0 +1,247 @@
+"""Measure the decision rule on held-out pairs, piece by piece, and (optionally) write the shipped calibration.
+
+    .venv/bin/python bench/bench_rule.py                       # report only
+    .venv/bin/python bench/bench_rule.py --write-calibration   # also refit semantic/calibration.json
+
+Splits are those of `semantic.evaluation` (QQP_SPLIT, MRPC_SPLIT): the calibration is fitted on
+qqp `calibration`, every figure is reported on qqp `test` and mrpc `test`, none of which the verifier
+was trained on. Prints, per split: what each guard, the verifier and their combination reach at 95%
+precision; then the calibrated rule at targets 1/2/5% next to a plain cosine threshold; then latency.
+Cosines and verifier scores are cached under bench/out/ (delete it after retraining the verifier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from semantic.evaluation import (
+    MRPC_SPLIT,
+    QQP_SPLIT,
+    LabelledPair,
+    PairOutcome,
+    default_embedder,
+    load_pairs,
+    recall_at_precision,
+    roc_auc,
+    score_outcomes,
+    split_pairs,
+)
+from semantic.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
+from semantic.rule import (
+    DEFAULT_GUARDS,
+    SHIPPED_CALIBRATION,
+    CalibratedRule,
+    Calibration,
+    file_sha256,
+    fit_calibration,
+)
+from semantic.verifier import WEIGHTS_FILE, PairVerifier
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+CACHE_DIR = Path(__file__).resolve().parent / "out"
+LOW_COSINE = 0.5
+TARGETS = (0.01, 0.02, 0.05)
+Floats = npt.NDArray[np.float64]
+
+
+class Features:
+    """Per pair of one split: label, cosine, verifier probability (0 below the cosine gate), guard vetoes."""
+
+    def __init__(self, pairs: list[LabelledPair], cosines: Floats, probabilities: Floats) -> None:
+        self.pairs = pairs
+        self.labels = np.array([pair.label for pair in pairs])
+        self.cosines = cosines
+        self.probabilities = probabilities
+
+    def vetoed(self, guards: Sequence[Guard]) -> npt.NDArray[np.bool_]:
+        return np.array([any(guard.differs(pair.b, pair.a) for guard in guards) for pair in self.pairs])
+
+
+class MemoScorer:
+    """Serves precomputed verifier probabilities to the real rule code (keyed by (query, candidate))."""
+
+    name = "memo"
+
+    def __init__(self, features: Features) -> None:
+        self.table = {
+            (pair.b, pair.a): float(p) for pair, p in zip(features.pairs, features.probabilities, strict=True)
+        }
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]:
+        return np.array([self.table[pair] for pair in pairs], dtype=np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE)
+    parser.add_argument("--write-calibration", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    qqp = split_pairs(load_pairs(args.data_dir / "qqp_dev.jsonl"), QQP_SPLIT)
+    mrpc = split_pairs(load_pairs(args.data_dir / "mrpc_train.jsonl"), MRPC_SPLIT)
+    verifier = PairVerifier(weights=args.weights)
+    sha = file_sha256(args.weights)
+    splits = {"qqp/calibration": qqp["calibration"], "qqp/test": qqp["test"], "mrpc/test": mrpc["test"]}
+    features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
+
+    for name in ("qqp/test", "mrpc/test"):
+        report_components(name, features[name])
+
+    calibration_features = features["qqp/calibration"]
+    default_guards = tuple(GUARDS_BY_NAME[guard] for guard in DEFAULT_GUARDS)
+    calibration = fit_calibration(
+        calibration_features.cosines,
+        calibration_features.probabilities,
+        calibration_features.vetoed(default_guards),
+        calibration_features.labels,
+        low_cosine=LOW_COSINE,
+        guards=DEFAULT_GUARDS,
+        verifier_sha256=sha,
+        fitted_on={
+            "file": "qqp_dev.jsonl",
+            "part": "calibration",
+            "split": QQP_SPLIT,
+            "pairs": len(calibration_features.pairs),
+        },
+    )
+    print("\ncalibration (qqp/calibration):")
+    for point in calibration.points:
+        print(
+            f"  target {point.target:.3f}: threshold {point.threshold:.4f}  fhr {point.false_hit_rate:.4f}  "
+            f"recall {point.recall:.3f}  hits {point.hits}"
+        )
+    if args.write_calibration:
+        print(f"wrote {calibration.save(SHIPPED_CALIBRATION)}")
+
+    for name in ("qqp/test", "mrpc/test"):
+        report_rule(name, features[name], calibration)
+    report_latency(verifier, calibration, features["qqp/test"])
+
+
+def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str) -> Features:
+    """Cosines (cached per split) and verifier probabilities (cached per split and weights) of one split.
+
+    The verifier only scores pairs at or above the cosine gate: the rule never asks it about the others.
+    """
+    stem = name.replace("/", "-")
+    cosines = _cached(CACHE_DIR / f"cosines-{stem}.pkl", lambda: _cosines(pairs))
+    if len(cosines) != len(pairs):
+        raise SystemExit(f"bench/out/cosines-{stem}.pkl is from another split: delete bench/out/")
+    band = np.flatnonzero(cosines >= LOW_COSINE)
+
+    def probabilities() -> Floats:
+        scores = np.zeros(len(pairs))
+        scores[band] = verifier.probabilities([(pairs[index].b, pairs[index].a) for index in band])
+        return scores
+
+    return Features(pairs, cosines, _cached(CACHE_DIR / f"verifier-{stem}-{sha[:12]}.pkl", probabilities))
+
+
+def _cached(path: Path, compute: Callable[[], Floats]) -> Floats:
+    if path.exists():
+        cached: Floats = pickle.loads(path.read_bytes())
+        return cached
+    started = time.perf_counter()
+    values = np.asarray(compute(), dtype=np.float64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(values))
+    print(f"computed {path.name} in {time.perf_counter() - started:.0f}s", flush=True)
+    return values
+
+
+def _cosines(pairs: list[LabelledPair]) -> Floats:
+    embedder = default_embedder()
+    stored, looked_up = embedder.embed([pair.a for pair in pairs]), embedder.embed([pair.b for pair in pairs])
+    return np.asarray((stored * looked_up).sum(axis=1), dtype=np.float64)
+
+
+def report_components(name: str, features: Features) -> None:
+    """Recall at 95% / 90% precision and AUC of each signal alone and combined (vetoed pairs score -1)."""
+    labels, cosines, probabilities = features.labels, features.cosines, features.probabilities
+    print(f"\n{name}: {len(labels)} pairs, {labels.sum()} positive")
+    print(f"  {'signal':44s} {'AUC':>6s} {'R@P.95':>7s} {'R@P.90':>7s}  vetoes pos / neg")
+    rows: list[tuple[str, Floats, npt.NDArray[np.bool_] | None]] = [("cosine", cosines, None)]
+    for guard in ALL_GUARDS:
+        rows.append((f"cosine + {guard.name} guard", cosines, features.vetoed((guard,))))
+    gated = np.where(cosines >= LOW_COSINE, probabilities, 0.0)
+    rows.append((f"verifier (cosine gate {LOW_COSINE})", gated, None))
+    for guard in ALL_GUARDS:
+        rows.append((f"verifier + {guard.name} guard", gated, features.vetoed((guard,))))
+    default_guards = tuple(GUARDS_BY_NAME[guard] for guard in DEFAULT_GUARDS)
+    rows.append((f"verifier + {'+'.join(DEFAULT_GUARDS)}", gated, features.vetoed(default_guards)))
+    for label, scores, vetoed in rows:
+        if vetoed is not None:
+            scores = np.where(vetoed, -1.0, scores)
+        vetoes = (
+            "" if vetoed is None else f"  {vetoed[labels == 1].mean():.3f} / {vetoed[labels == 0].mean():.3f}"
+        )
+        print(
+            f"  {label:44s} {roc_auc(scores, labels):6.4f} {recall_at_precision(scores, labels, 0.95):7.3f} "
+            f"{recall_at_precision(scores, labels, 0.90):7.3f}{vetoes}"
+        )
+
+
+def report_rule(name: str, features: Features, calibration: Calibration) -> None:
+    """The calibrated rule at each target, next to the plain cosine threshold with the same recall."""
+    print(f"\n{name}: calibrated rule (gate {calibration.low_cosine}, guards {'+'.join(calibration.guards)})")
+    for target in TARGETS:
+        rule = CalibratedRule(MemoScorer(features), calibration, target)
+        questions = [(pair.b, pair.a) for pair in features.pairs]
+        verdicts = rule.judge_many(questions, features.cosines.tolist())
+        outcomes = [
+            PairOutcome(float(cos), verdict) for cos, verdict in zip(features.cosines, verdicts, strict=True)
+        ]
+        report = score_outcomes(features.pairs, outcomes, target)
+        plain = precision_at_recall(features.cosines, features.labels, report.recall)
+        print(
+            f"  target {target:.2f}: precision {report.precision:.4f} recall {report.recall:.4f} "
+            f"fhr {report.false_hit_rate:.4f} auc {report.auc:.4f} hits {report.hits} | cosine: recall at "
+            f"this precision {report.baseline_recall_at_same_precision:.4f}, precision at this recall {plain:.4f}"
+        )
+
+
+def precision_at_recall(similarities: Floats, labels: npt.NDArray[np.int_], recall: float) -> float:
+    """Precision of the plain threshold that first reaches `recall`."""
+    order = np.argsort(-similarities, kind="stable")
+    true_hits = np.cumsum(labels[order])
+    reached = np.flatnonzero(true_hits >= recall * labels.sum())
+    return float(true_hits[reached[0]] / (reached[0] + 1)) if len(reached) else 0.0
+
+
+def report_latency(verifier: PairVerifier, calibration: Calibration, features: Features) -> None:
+    """Wall time of one `judge` call on pairs that reach the verifier (the slow path of a semantic hit)."""
+    rule = CalibratedRule(verifier, calibration)
+    band = [index for index in np.flatnonzero(features.cosines >= calibration.low_cosine)[:60]]
+    timings = []
+    for index in band:
+        pair = features.pairs[index]
+        started = time.perf_counter()
+        rule.judge(pair.b, pair.a, float(features.cosines[index]))
+        timings.append((time.perf_counter() - started) * 1000)
+    timings = timings[10:]  # warm-up
+    print(
+        f"\njudge() through the verifier, {len(timings)} pairs, {torch.get_num_threads()} threads: "
+        f"p50 {np.percentile(timings, 50):.1f} ms, p99 {np.percentile(timings, 99):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,476 @@
+"""Labelled pairs: reading and splitting pairs files, `kvgate eval-pairs` and `kvgate calibrate`.
+
+A pairs file has one `{"a": ..., "b": ..., "label": 0|1}` per line. `eval-pairs` stores each `a` in a
+scope of its own, looks its `b` up there, and scores the verdicts against the labels; `calibrate` fits
+the rule's target -> threshold map on such a file. The per-pair cache step is one batched callable
+(`PairProbe`), so the same scoring runs over the rule alone or over the full cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from semantic.cache import CacheConfig, LookupKind, SemanticCache
+from semantic.changes import RedisClient
+from semantic.embedder import Embedder, SentenceEmbedder
+from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.guards import GUARDS_BY_NAME, first_veto
+from semantic.rule import (
+    DEFAULT_GUARDS,
+    DEFAULT_TARGET_FALSE_HIT_RATE,
+    SHIPPED_CALIBRATION,
+    CalibratedRule,
+    Calibration,
+    file_sha256,
+    fit_calibration,
+    load_rule,
+)
+from semantic.scope import build_scope
+from semantic.store import RedisEntryStore
+from semantic.verdict import Verdict
+from semantic.verifier import WEIGHTS_FILE, PairVerifier
+
+# How kvgate's own development data is split (bench/train_verifier.py, bench/bench_rule.py): the verifier
+# trains on `train`, the shipped calibration is fitted on `calibration`, figures are reported on `test`.
+QQP_SPLIT = {"train": 0.70, "calibration": 0.15, "test": 0.15}
+MRPC_SPLIT = {"train": 0.50, "test": 0.50}
+CACHE_CONCURRENCY = 32
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledPair:
+    """One line of a pairs file: `label` is 1 when `b` may be answered with `a`'s response."""
+
+    a: str
+    b: str
+    label: int
+
+
+def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
+    """Read a JSON Lines pairs file (`{"a": ..., "b": ..., "label": 0|1}` per line)."""
+    pairs = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if (
+                row.get("label") not in (0, 1)
+                or not isinstance(row.get("a"), str)
+                or not isinstance(row.get("b"), str)
+            ):
+                raise ValueError(f"{path}:{number}: expected a, b (strings) and label (0 or 1)")
+            pairs.append(LabelledPair(row["a"], row["b"], int(row["label"])))
+            if limit is not None and len(pairs) >= limit:
+                break
+    return pairs
+
+
+def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> dict[str, list[LabelledPair]]:
+    """Split pairs so that no text appears in two parts (pairs sharing a text form one group).
+
+    A group goes to a part by a hash of its smallest text, so the split does not depend on the order
+    of the file or on a random seed: anyone re-running it gets the same parts.
+    """
+    pairs = list(pairs)
+    parent: dict[str, str] = {}
+
+    def root(text: str) -> str:
+        parent.setdefault(text, text)
+        while parent[text] != text:
+            parent[text] = parent[parent[text]]
+            text = parent[text]
+        return text
+
+    for pair in pairs:
+        first, second = root(pair.a), root(pair.b)
+        if first != second:
+            parent[max(first, second)] = min(first, second)
+    smallest: dict[str, str] = {}
+    for text in parent:
+        group = root(text)
+        smallest[group] = min(smallest.get(group, text), text)
+    names = list(fractions)
+    bounds = []
+    total = 0.0
+    for name in names:
+        total += fractions[name]
+        bounds.append(total / sum(fractions.values()))
+    parts: dict[str, list[LabelledPair]] = {name: [] for name in names}
+    for pair in pairs:
+        position = _unit_hash(smallest[root(pair.a)])
+        part = next((name for name, bound in zip(names, bounds, strict=True) if position < bound), names[-1])
+        parts[part].append(pair)
+    return parts
+
+
+def _unit_hash(text: str) -> float:
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `kvgate eval-pairs`: run each pair through the cache and score the verdicts.
+
+
+@dataclass(frozen=True, slots=True)
+class PairOutcome:
+    """What one cache step gave for a pair: the cosine of the entry found for `b`, and the rule's verdict."""
+
+    similarity: float
+    verdict: Verdict
+
+
+class PairProbe(Protocol):
+    """The per-pair cache step, batched: store each `a` in a scope of its pair's own, look up its `b` there."""
+
+    async def __call__(self, pairs: Sequence[LabelledPair]) -> list[PairOutcome]: ...
+
+
+ProbeFactory = Callable[[CalibratedRule], AbstractAsyncContextManager[PairProbe]]
+
+
+@dataclass(frozen=True, slots=True)
+class EvalReport:
+    """The figures `kvgate eval-pairs` prints; `summary()` is its last line, exactly these five keys."""
+
+    precision: float
+    recall: float
+    false_hit_rate: float
+    auc: float
+    baseline_recall_at_same_precision: float
+    pairs: int
+    positives: int
+    hits: int
+    target_false_hit_rate: float
+    cosine_auc: float
+    reasons: dict[str, int]
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "precision": round(self.precision, 4),
+            "recall": round(self.recall, 4),
+            "false_hit_rate": round(self.false_hit_rate, 4),
+            "auc": round(self.auc, 4),
+            "baseline_recall_at_same_precision": round(self.baseline_recall_at_same_precision, 4),
+        }
+
+
+class RuleProbe:
+    """The rule over embedder cosines, with no store or index: what a scope holding only `a` would decide."""
+
+    def __init__(self, embedder: Embedder, rule: CalibratedRule) -> None:
+        self.embedder = embedder
+        self.rule = rule
+
+    async def __call__(self, pairs: Sequence[LabelledPair]) -> list[PairOutcome]:
+        stored = self.embedder.embed([pair.a for pair in pairs])  # (N, D), unit rows
+        looked_up = self.embedder.embed([pair.b for pair in pairs])  # (N, D)
+        similarities = (stored * looked_up).sum(axis=1).tolist()
+        verdicts = self.rule.judge_many([(pair.b, pair.a) for pair in pairs], similarities)
+        return [
+            PairOutcome(similarity, verdict)
+            for similarity, verdict in zip(similarities, verdicts, strict=True)
+        ]
+
+
+@asynccontextmanager
+async def rule_probe(rule: CalibratedRule) -> AsyncIterator[PairProbe]:
+    """A `ProbeFactory` for `RuleProbe` over the default embedder."""
+    yield RuleProbe(default_embedder(), rule)
+
+
+class CacheProbe:
+    """The real cache: each `a` inserted into a scope of its pair's own, its `b` looked up there.
+
+    Store, index, embedder batching and candidate checks all run as they do when serving. The cache's
+    rule only records what it was asked; the verdicts then come from one `judge_many` over those
+    questions: the served rule's decisions, with the verifier run once per batch instead of per pair.
+    """
+
+    def __init__(self, cache: SemanticCache, recorder: RecordingRule, rule: CalibratedRule) -> None:
+        self.cache = cache
+        self.recorder = recorder
+        self.rule = rule
+        self._run = secrets.token_hex(4)
+        self._seen = 0
+
+    async def __call__(self, pairs: Sequence[LabelledPair]) -> list[PairOutcome]:
+        tenants = [f"eval-{self._run}-{self._seen + index}" for index in range(len(pairs))]
+        self._seen += len(pairs)
+        name = self.cache.embedder.name
+        stored = [
+            build_scope(_chat(pair.a), tenant=tenant, embedder=name)
+            for pair, tenant in zip(pairs, tenants, strict=True)
+        ]
+        looked_up = [
+            build_scope(_chat(pair.b), tenant=tenant, embedder=name)
+            for pair, tenant in zip(pairs, tenants, strict=True)
+        ]
+        lookups = []
+        # A few dozen requests in flight, as concurrent clients would be: enough for the embedder to
+        # micro-batch, few enough for the Redis connection pool.
+        for start in range(0, len(pairs), CACHE_CONCURRENCY):
+            window = slice(start, start + CACHE_CONCURRENCY)
+            await asyncio.gather(
+                *(self.cache.insert(scope, f"answer {scope.tenant}") for scope in stored[window])
+            )
+            lookups.extend(await asyncio.gather(*(self.cache.lookup(scope) for scope in looked_up[window])))
+        outcomes: list[PairOutcome | None] = [None] * len(pairs)
+        questions, similarities, asked = [], [], []
+        for index, lookup in enumerate(lookups):
+            question = (looked_up[index].prompt, stored[index].prompt)
+            similarity = self.recorder.asked.get(question)
+            if lookup.kind is LookupKind.EXACT_HIT:
+                outcomes[index] = PairOutcome(1.0, Verdict(True, 1.0, "exact match"))
+            elif similarity is None:
+                outcomes[index] = PairOutcome(-1.0, Verdict(False, 0.0, lookup.reason or "no candidate"))
+            else:
+                questions.append(question)
+                similarities.append(similarity)
+                asked.append(index)
+        for index, similarity, verdict in zip(
+            asked, similarities, self.rule.judge_many(questions, similarities), strict=True
+        ):
+            outcomes[index] = PairOutcome(similarity, verdict)
+        self.recorder.asked.clear()
+        return [outcome for outcome in outcomes if outcome is not None]
+
+
+class RecordingRule:
+    """A `HitRule` that refuses every pair and remembers what it was asked, keyed by (query, candidate)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.asked: dict[tuple[str, str], float] = {}
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        self.asked[(query, candidate)] = similarity
+        return Verdict(False, 0.0, "deferred")
+
+
+def cache_probe(client: RedisClient, embedder: Embedder | None = None) -> ProbeFactory:
+    """A `ProbeFactory` over the real cache on `client`, under a key prefix of its own deleted afterwards."""
+
+    @asynccontextmanager
+    async def factory(rule: CalibratedRule) -> AsyncIterator[PairProbe]:
+        prefix = f"kvgate:eval:{secrets.token_hex(6)}"
+        recorder = RecordingRule()
+        cache = SemanticCache(
+            RedisEntryStore(client, prefix=prefix),
+            embedder if embedder is not None else default_embedder(),
+            recorder,
+            CacheConfig(default_ttl_s=3600.0, candidates=1),
+        )
+        await cache.start()
+        try:
+            yield CacheProbe(cache, recorder, rule)
+        finally:
+            await cache.stop()
+            keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+            for start in range(0, len(keys), 500):
+                await client.delete(*keys[start : start + 500])
+            # The connections belong to this event loop, which ends with the evaluation.
+            pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
+            if pool is not None:
+                await pool.disconnect()
+
+    return factory
+
+
+def run_eval_pairs(
+    path: Path,
+    target: float = DEFAULT_TARGET_FALSE_HIT_RATE,
+    *,
+    probe_factory: ProbeFactory | None = None,
+    data_dir: Path | None = None,
+    limit: int | None = None,
+    batch_size: int = 256,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> EvalReport:
+    """Run every pair of a pairs file through the cache (`cache_probe`) and score it.
+
+    `probe_factory` builds the per-pair step around the served rule: give `cache_probe(client)` for the
+    real cache; the default `rule_probe` skips store and index. `data_dir` is where a user calibration
+    (`kvgate calibrate`) is looked for; `on_progress(done, total)` is called after each batch.
+    """
+    pairs = load_pairs(path, limit)
+    rule = load_rule(data_dir, target)
+    factory = probe_factory if probe_factory is not None else rule_probe
+
+    async def run() -> list[PairOutcome]:
+        outcomes: list[PairOutcome] = []
+        async with factory(rule) as probe:
+            for start in range(0, len(pairs), batch_size):
+                outcomes.extend(await probe(pairs[start : start + batch_size]))
+                if on_progress is not None:
+                    on_progress(len(outcomes), len(pairs))
+        return outcomes
+
+    return score_outcomes(pairs, asyncio.run(run()), target)
+
+
+def run_eval_pairs_with_progress(path: Path, target: float, console: Console, **options: Any) -> EvalReport:
+    """`run_eval_pairs` behind a rich progress bar; prints the summary JSON as the last line on stdout."""
+    with Progress(
+        TextColumn("[bold]eval-pairs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("pairs", total=None)
+        report = run_eval_pairs(
+            path,
+            target,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            **options,
+        )
+    console.print(
+        f"{report.pairs} pairs ({report.positives} positive), {report.hits} hits at target "
+        f"{report.target_false_hit_rate:.3f}; cosine AUC {report.cosine_auc:.4f}; {report.reasons}"
+    )
+    print(json.dumps(report.summary()), flush=True)
+    return report
+
+
+def calibrate(
+    path: Path,
+    out: Path,
+    *,
+    low_cosine: float | None = None,
+    guards: tuple[str, ...] = DEFAULT_GUARDS,
+    limit: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Fit the rule's target -> threshold map on a labelled pairs file and write it to `out` (JSON).
+
+    The verifier scores every pair above a loose cosine floor, so the fit sees the whole uncertain band.
+    `low_cosine` defaults to the shipped calibration's gate.
+    """
+    pairs = load_pairs(path, limit)
+    gate = low_cosine if low_cosine is not None else Calibration.load(SHIPPED_CALIBRATION).low_cosine
+    embedder = default_embedder()
+    verifier = PairVerifier()
+    similarities = np.zeros(len(pairs), dtype=np.float32)
+    probabilities = np.zeros(len(pairs), dtype=np.float32)
+    for start in range(0, len(pairs), 256):
+        chunk = pairs[start : start + 256]
+        stored, looked_up = (
+            embedder.embed([pair.a for pair in chunk]),
+            embedder.embed([pair.b for pair in chunk]),
+        )
+        cosines = (stored * looked_up).sum(axis=1)
+        similarities[start : start + len(chunk)] = cosines
+        reach = [index for index, cosine in enumerate(cosines) if cosine >= gate]
+        scored = verifier.probabilities([(chunk[index].b, chunk[index].a) for index in reach])
+        probabilities[[start + index for index in reach]] = scored
+        if on_progress is not None:
+            on_progress(start + len(chunk), len(pairs))
+    chosen = tuple(GUARDS_BY_NAME[name] for name in guards)
+    vetoed = np.array([first_veto(pair.b, pair.a, chosen) is not None for pair in pairs])
+    labels = np.array([pair.label for pair in pairs])
+    calibration = fit_calibration(
+        similarities,
+        probabilities,
+        vetoed,
+        labels,
+        low_cosine=gate,
+        guards=guards,
+        verifier_sha256=file_sha256(WEIGHTS_FILE),
+        fitted_on={"file": path.name, "pairs": len(pairs)},
+    )
+    return calibration.save(out)
+
+
+def score_outcomes(
+    pairs: Sequence[LabelledPair], outcomes: Sequence[PairOutcome], target: float
+) -> EvalReport:
+    """Precision, recall and AUC of the verdicts, and what a plain cosine threshold does at that precision."""
+    labels = np.array([pair.label for pair in pairs], dtype=np.int64)
+    hits = np.array([outcome.verdict.hit for outcome in outcomes], dtype=bool)
+    scores = np.array([outcome.verdict.score for outcome in outcomes], dtype=np.float64)
+    similarities = np.array([outcome.similarity for outcome in outcomes], dtype=np.float64)
+    positives = int(labels.sum())
+    correct = int((hits & (labels == 1)).sum())
+    # No hits at all: no wrong hit was served, so precision is vacuously 1.
+    precision = correct / int(hits.sum()) if hits.any() else 1.0
+    reasons: dict[str, int] = {}
+    for outcome in outcomes:
+        reasons[outcome.verdict.reason] = reasons.get(outcome.verdict.reason, 0) + 1
+    return EvalReport(
+        precision=precision,
+        recall=correct / max(positives, 1),
+        false_hit_rate=1.0 - precision,
+        auc=roc_auc(scores, labels),
+        baseline_recall_at_same_precision=recall_at_precision(similarities, labels, precision),
+        pairs=len(pairs),
+        positives=positives,
+        hits=int(hits.sum()),
+        target_false_hit_rate=target,
+        cosine_auc=roc_auc(similarities, labels),
+        reasons=reasons,
+    )
+
+
+def roc_auc(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.int64]) -> float:
+    """Area under the ROC curve: P(a random positive outscores a random negative), ties counting half."""
+    positives, negatives = int((labels == 1).sum()), int((labels == 0).sum())
+    if positives == 0 or negatives == 0:
+        return 0.5
+    order = np.argsort(scores, kind="stable")
+    ranks = np.empty(len(scores), dtype=np.float64)
+    ranks[order] = np.arange(1, len(scores) + 1)
+    # Tied scores share the mean of their ranks.
+    unique, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    rank_sums = np.bincount(inverse, weights=ranks, minlength=len(unique))
+    ranks = (rank_sums / counts)[inverse]
+    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def recall_at_precision(
+    similarities: npt.NDArray[np.float64], labels: npt.NDArray[np.int64], precision: float
+) -> float:
+    """The best recall of any plain threshold on `similarities` whose hits are at least `precision` correct."""
+    positives = int(labels.sum())
+    if positives == 0:
+        return 0.0
+    order = np.argsort(-similarities, kind="stable")
+    ranked, ranked_labels = similarities[order], labels[order]
+    true_hits = np.cumsum(ranked_labels)
+    counts = np.arange(1, len(ranked) + 1)
+    # Only cut between distinct values: a threshold cannot split tied similarities.
+    cuts = np.append(ranked[1:] != ranked[:-1], True)
+    meets = cuts & (true_hits / counts >= precision - 1e-12)
+    return float(true_hits[meets].max() / positives) if meets.any() else 0.0
+
+
+def _chat(text: str) -> dict[str, Any]:
+    return {"model": "eval-pairs", "messages": [{"role": "user", "content": text}], "temperature": 0}
+
+
+def default_embedder() -> SentenceEmbedder:
+    return SentenceEmbedder(resolve_embedder(DEFAULT_EMBEDDER_NAME))

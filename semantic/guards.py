@@ -1,0 +1,206 @@
+"""Guards: cheap textual checks that veto a semantic hit where two prompts differ in what an embedding blurs.
+
+A sentence embedding puts "What is 2+2?" next to "What is 2+3?" and "flights to Paris" next to "flights
+to Rome". Each guard here looks at one such feature — numbers, negation, names, the question word — and
+says whether the two texts disagree on it. Guards only veto; they never make a hit. They know nothing of
+embeddings or thresholds. Which guards the rule applies is a measured choice (see `semantic/rule.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_EXPRESSION = re.compile(r"\d[\d.,]*(?:\s*[-+*/^x×÷=]\s*\d[\d.,]*)+")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+_NEGATIONS = frozenset(
+    [
+        "not",
+        "no",
+        "never",
+        "nothing",
+        "nobody",
+        "none",
+        "neither",
+        "nor",
+        "cannot",
+        "without",
+        "dont",
+        "doesnt",
+        "didnt",
+        "isnt",
+        "arent",
+        "wasnt",
+        "werent",
+        "wont",
+        "wouldnt",
+        "shouldnt",
+        "couldnt",
+        "cant",
+        "havent",
+        "hasnt",
+        "hadnt",
+        "aint",
+    ]
+)
+_NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "twenty": "20", "fifty": "50",
+    "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+}  # fmt: skip
+_QUESTION_WORDS = ("what", "why", "how", "when", "who", "which", "where")
+# Capitalised words that are not names: sentence openers, pronouns, question words, weekdays do differ
+# meaningfully but are caught by the other text containing them anyway.
+_NOT_NAMES = frozenset(
+    [
+        "i",
+        "i'm",
+        "i've",
+        "i'd",
+        "i'll",
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "may",
+        "might",
+        "must",
+        "what",
+        "why",
+        "how",
+        "when",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "where",
+        "if",
+        "in",
+        "on",
+        "at",
+        "for",
+        "of",
+        "to",
+        "and",
+        "or",
+        "but",
+        "my",
+        "your",
+        "our",
+        "their",
+        "his",
+        "her",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "it",
+        "he",
+        "she",
+        "we",
+        "they",
+        "you",
+        "yes",
+        "no",
+        "not",
+        "please",
+        "hi",
+        "hello",
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A named check: `differs(query, candidate)` is True when the texts disagree on its feature."""
+
+    name: str
+    reason: str
+    differs: Callable[[str, str], bool]
+
+
+def numbers_differ(query: str, candidate: str) -> bool:
+    """The texts mention different numbers or arithmetic ("2+2" vs "2+3", "iPhone 6" vs "iPhone 7")."""
+    return _numbers(query) != _numbers(candidate)
+
+
+def negation_differs(query: str, candidate: str) -> bool:
+    """One text is negated and the other is not (an odd number of negations against an even one)."""
+    return _negation_count(query) % 2 != _negation_count(candidate) % 2
+
+
+def entities_differ(query: str, candidate: str) -> bool:
+    """A capitalised name in one text (not its first word) appears nowhere in the other, in any case."""
+    return bool(_unmatched_names(query, candidate) or _unmatched_names(candidate, query))
+
+
+def question_word_differs(query: str, candidate: str) -> bool:
+    """Both texts open with a question word, and not the same one ("why ..." vs "how ...")."""
+    first, second = _question_word(query), _question_word(candidate)
+    return first is not None and second is not None and first != second
+
+
+NUMBERS = Guard("numbers", "numbers differ", numbers_differ)
+NEGATION = Guard("negation", "negation differs", negation_differs)
+ENTITIES = Guard("entities", "names differ", entities_differ)
+QUESTION_WORD = Guard("question_word", "question word differs", question_word_differs)
+ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD)
+GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
+
+
+def first_veto(query: str, candidate: str, guards: tuple[Guard, ...]) -> str | None:
+    """The reason of the first guard that finds the texts differ, or None when all agree."""
+    for guard in guards:
+        if guard.differs(query, candidate):
+            return guard.reason
+    return None
+
+
+def _numbers(text: str) -> frozenset[str]:
+    expressions = {re.sub(r"\s+", "", match) for match in _EXPRESSION.findall(text)}
+    digits = {match.replace(",", "") for match in _NUMBER.findall(text)}
+    words = {_NUMBER_WORDS[word] for word in _words(text) if word in _NUMBER_WORDS}
+    return frozenset(expressions | digits | words)
+
+
+def _negation_count(text: str) -> int:
+    return sum(1 for word in _words(text) if word.replace("'", "") in _NEGATIONS or word.endswith("n't"))
+
+
+def _unmatched_names(text: str, other: str) -> set[str]:
+    other_lower = other.lower()
+    names = set()
+    for index, match in enumerate(_WORD.finditer(text)):
+        word = match.group()
+        if index == 0 or not word[0].isupper() or word.lower() in _NOT_NAMES or len(word) < 2:
+            continue
+        if not re.search(rf"\b{re.escape(word.lower())}\b", other_lower):
+            names.add(word.lower())
+    return names
+
+
+def _question_word(text: str) -> str | None:
+    for word in _words(text)[:3]:
+        if word in _QUESTION_WORDS:
+            return word
+    return None
+
+
+def _words(text: str) -> list[str]:
+    return [word.lower().replace("’", "'") for word in _WORD.findall(text)]

@@ -1,0 +1,309 @@
+"""The decision rule: may the stored answer of `candidate` be served for `query`?
+
+A cosine threshold alone is either unsafe or useless on hard negatives, so the rule layers three signals:
+
+1. the embedder cosine gates: below `low_cosine` it is a miss and nothing else runs (most lookups);
+2. guards (`semantic/guards.py`) veto pairs whose numbers, negation or names differ;
+3. the verifier (`semantic/verifier.py`, a cross-encoder) scores the rest; its logit and the cosine are
+   combined by a logistic regression fitted at calibration, and a pair is a hit when that combined
+   probability reaches the threshold fitted for the target false-hit rate.
+
+Calibration maps a target false-hit rate (wrong hits / hits) to that threshold. It is fitted on labelled
+pairs held out from the verifier's training (`kvgate calibrate`) and stored as a small JSON file tied to
+the verifier weights it was fitted with. This module knows thresholds and policy, not Redis or FAISS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from semantic.guards import GUARDS_BY_NAME, Guard, first_veto
+from semantic.verdict import Verdict
+
+DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
+SHIPPED_CALIBRATION = Path(__file__).parent / "calibration.json"
+USER_CALIBRATION_NAME = "calibration.json"
+# Measured in bench/bench_rule.py: the entity guard vetoes most MRPC paraphrases and the question-word guard
+# a fifth of Quora's; numbers and negation cost little recall and stop the classic wrong hits.
+DEFAULT_GUARDS: tuple[str, ...] = ("numbers", "negation")
+CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
+# A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
+# false-hit rate too noisy to bound anything.
+MIN_CALIBRATION_HITS = 30
+# Scores of pairs the verifier never saw stay below this, so they rank under almost every verified pair.
+_UNVERIFIED_SCORE_CEILING = 0.01
+
+
+class PairScorer(Protocol):
+    """What the rule needs of a verifier: P(same meaning) per pair, batched."""
+
+    name: str
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPoint:
+    """At `target`, hit when the verifier says >= `threshold`; what that gave on the calibration pairs."""
+
+    target: float
+    threshold: float
+    false_hit_rate: float
+    recall: float
+    hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The fitted rule: gates, guards and target -> verifier threshold, plus what it was fitted on."""
+
+    low_cosine: float
+    guards: tuple[str, ...]
+    points: tuple[CalibrationPoint, ...]
+    verifier_sha256: str
+    fitted_on: dict[str, object] = field(default_factory=dict)
+    combiner: tuple[float, float, float] = (0.0, 1.0, 0.0)  # cosine weight, verifier-logit weight, bias
+
+    def combine(self, similarity: float, probability: float) -> float:
+        """P(same meaning) from the cosine and the verifier's probability (identity by default)."""
+        cosine_weight, logit_weight, bias = self.combiner
+        return _sigmoid(cosine_weight * similarity + logit_weight * _logit(probability) + bias)
+
+    def threshold_for(self, target: float) -> float:
+        """The verifier threshold for a target false-hit rate; stricter than any fitted one below them.
+
+        Between fitted targets the threshold is interpolated; below the smallest it rises linearly to
+        above 1 at target 0 (no hits at all); above the largest it stays at the largest's.
+        """
+        if target <= 0.0:
+            return math.inf
+        targets = [point.target for point in self.points]
+        thresholds = [point.threshold for point in self.points]
+        if target < targets[0]:
+            return 1.0 + (thresholds[0] - 1.0) * target / targets[0]
+        return float(np.interp(target, targets, thresholds))
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = asdict(self)
+        path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> Calibration:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        points = tuple(CalibrationPoint(**point) for point in payload["points"])
+        if not points or any(b.target <= a.target for a, b in itertools.pairwise(points)):
+            raise ValueError(f"{path}: calibration points must be non-empty and in increasing target order")
+        unknown = set(payload["guards"]) - GUARDS_BY_NAME.keys()
+        if unknown:
+            raise ValueError(f"{path}: unknown guards {sorted(unknown)}")
+        return cls(
+            float(payload["low_cosine"]),
+            tuple(payload["guards"]),
+            points,
+            str(payload["verifier_sha256"]),
+            dict(payload.get("fitted_on", {})),
+            _combiner(payload.get("combiner", (0.0, 1.0, 0.0))),
+        )
+
+
+class CalibratedRule:
+    """The `HitRule` kvgate serves with: cosine gate, guards, then the verifier against a calibrated threshold."""
+
+    name = "calibrated-verifier"
+
+    def __init__(
+        self,
+        verifier: PairScorer,
+        calibration: Calibration,
+        target_false_hit_rate: float = DEFAULT_TARGET_FALSE_HIT_RATE,
+    ) -> None:
+        if not 0.0 < target_false_hit_rate < 1.0:
+            raise ValueError(f"target false-hit rate must be in (0, 1), got {target_false_hit_rate}")
+        self.verifier = verifier
+        self.calibration = calibration
+        self.target_false_hit_rate = target_false_hit_rate
+        self._guards: tuple[Guard, ...] = tuple(GUARDS_BY_NAME[name] for name in calibration.guards)
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        """Decide one pair; `strictness` in [0, 1] scales the allowed false-hit rate down to zero."""
+        return self.judge_many([(query, candidate)], [similarity], strictness)[0]
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        """Decide many (query, candidate) pairs at once: the verifier runs once over those that reach it."""
+        if len(pairs) != len(similarities):
+            raise ValueError("one similarity per pair")
+        threshold = self.calibration.threshold_for(self.target_false_hit_rate * (1.0 - _clamp(strictness)))
+        verdicts: list[Verdict | None] = [None] * len(pairs)
+        to_verify = []
+        for index, ((query, candidate), similarity) in enumerate(zip(pairs, similarities, strict=True)):
+            if similarity < self.calibration.low_cosine:
+                verdicts[index] = Verdict(False, _unverified_score(similarity, 0.5), "below cosine gate")
+            elif (reason := first_veto(query, candidate, self._guards)) is not None:
+                verdicts[index] = Verdict(False, _unverified_score(similarity, 1.0), reason)
+            elif _same_text(query, candidate):
+                verdicts[index] = Verdict(True, 1.0, "same text")
+            else:
+                to_verify.append(index)
+        probabilities = self.verifier.probabilities([pairs[index] for index in to_verify])
+        for index, probability in zip(to_verify, probabilities.tolist(), strict=True):
+            score = self.calibration.combine(similarities[index], probability)
+            hit = score >= threshold
+            verdicts[index] = Verdict(hit, score, "verified" if hit else "verifier refused")
+        return [verdict for verdict in verdicts if verdict is not None]
+
+
+def load_rule(
+    data_dir: Path | None = None,
+    target_false_hit_rate: float = DEFAULT_TARGET_FALSE_HIT_RATE,
+    verifier: PairScorer | None = None,
+) -> CalibratedRule:
+    """The served rule: the user's calibration in `data_dir` if there is one, else the shipped one.
+
+    A calibration fitted with other verifier weights is refused: its thresholds would mean nothing.
+    """
+    from semantic.verifier import WEIGHTS_FILE, PairVerifier
+
+    path = calibration_path(data_dir)
+    calibration = Calibration.load(path)
+    if verifier is None:
+        if calibration.verifier_sha256 != file_sha256(WEIGHTS_FILE):
+            raise ValueError(f"{path} was fitted for other verifier weights; run `kvgate calibrate` again")
+        verifier = PairVerifier()
+    return CalibratedRule(verifier, calibration, target_false_hit_rate)
+
+
+def calibration_path(data_dir: Path | None) -> Path:
+    """Where the rule's calibration is read from: the user's (`kvgate calibrate`) first, else the shipped one."""
+    if data_dir is not None and (data_dir / USER_CALIBRATION_NAME).is_file():
+        return data_dir / USER_CALIBRATION_NAME
+    return SHIPPED_CALIBRATION
+
+
+def fit_calibration(
+    similarities: npt.NDArray[np.float32],
+    probabilities: npt.NDArray[np.float32],
+    vetoed: npt.NDArray[np.bool_],
+    labels: npt.NDArray[np.int_],
+    *,
+    low_cosine: float,
+    guards: tuple[str, ...],
+    verifier_sha256: str,
+    fitted_on: dict[str, object],
+    targets: Sequence[float] = CALIBRATION_TARGETS,
+) -> Calibration:
+    """Fit the cosine/verifier combiner, then for each target the lowest threshold on the combined score
+    whose hits on these pairs stay within the target.
+
+    Only pairs that pass the cosine gate and the guards compete; recall counts against all positives.
+    A target whose best set of hits is smaller than MIN_CALIBRATION_HITS is left out.
+    """
+    eligible = (similarities >= low_cosine) & ~vetoed
+    combiner = _fit_logistic(similarities[eligible], probabilities[eligible], labels[eligible])
+    probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner)
+    combined = np.array(
+        [
+            probe.combine(float(cosine), float(probability))
+            for cosine, probability in zip(similarities[eligible], probabilities[eligible], strict=True)
+        ]
+    )
+    order = np.argsort(-combined, kind="stable")
+    ranked_probabilities = combined[order]
+    ranked_labels = labels[eligible][order]
+    hits = np.arange(1, len(ranked_labels) + 1)
+    false_hit_rates = np.cumsum(ranked_labels == 0) / hits
+    positives = max(int(labels.sum()), 1)
+    points = []
+    for target in sorted(targets):
+        within = np.flatnonzero((false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
+        if len(within) == 0:
+            continue
+        count = int(within[-1]) + 1
+        points.append(
+            CalibrationPoint(
+                target=float(target),
+                threshold=float(ranked_probabilities[count - 1]),
+                false_hit_rate=round(float(false_hit_rates[count - 1]), 5),
+                recall=round(float(ranked_labels[:count].sum()) / positives, 5),
+                hits=count,
+            )
+        )
+    if not points:
+        raise ValueError("no target could be met on these pairs: too few, or too few positives")
+    return Calibration(low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fit_logistic(
+    similarities: npt.NDArray[np.float32],
+    probabilities: npt.NDArray[np.float32],
+    labels: npt.NDArray[np.int_],
+) -> tuple[float, float, float]:
+    """Logistic regression of the label on (cosine, verifier logit), by Newton's method with a light L2."""
+    if len(labels) < 10 or labels.min() == labels.max():
+        return (0.0, 1.0, 0.0)
+    features = np.column_stack([similarities, _logit_array(probabilities), np.ones(len(labels))])  # (N, 3)
+    weights = np.array([0.0, 1.0, 0.0])
+    for _ in range(50):
+        predicted = 1.0 / (1.0 + np.exp(-features @ weights))
+        gradient = features.T @ (predicted - labels) / len(labels) + 1e-3 * weights
+        hessian = (features * (predicted * (1 - predicted))[:, None]).T @ features / len(
+            labels
+        ) + 1e-3 * np.eye(3)
+        weights = weights - np.linalg.solve(hessian, gradient)
+    return (round(float(weights[0]), 5), round(float(weights[1]), 5), round(float(weights[2]), 5))
+
+
+def _combiner(values: object) -> tuple[float, float, float]:
+    if not isinstance(values, list | tuple) or len(values) != 3:
+        raise ValueError("calibration combiner must be [cosine weight, logit weight, bias]")
+    return (float(values[0]), float(values[1]), float(values[2]))
+
+
+def _logit(probability: float) -> float:
+    clipped = min(max(probability, 1e-6), 1 - 1e-6)
+    return math.log(clipped / (1 - clipped))
+
+
+def _logit_array(probabilities: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    clipped = np.clip(probabilities.astype(np.float64), 1e-6, 1 - 1e-6)
+    return np.asarray(np.log(clipped / (1 - clipped)), dtype=np.float64)
+
+
+def _sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(value, 50.0), -50.0)))
+
+
+def _unverified_score(similarity: float, weight: float) -> float:
+    return _UNVERIFIED_SCORE_CEILING * weight * _clamp(similarity)
+
+
+def _clamp(value: float) -> float:
+    return min(max(value, 0.0), 1.0)
+
+
+def _same_text(query: str, candidate: str) -> bool:
+    return _normalise(query) == _normalise(candidate)
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"[^\w]+", " ", text.lower()).strip()

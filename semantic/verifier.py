@@ -1,0 +1,170 @@
+"""The verifier: a cross-encoder that reads both prompts together and says whether they ask the same thing.
+
+Sentence embeddings lose the word-level differences that separate hard negatives ("2+2" / "2+3", "in
+India" / "in China"); a cross-encoder attends across the two texts and keeps them. It is fine-tuned from
+the packaged all-MiniLM-L6-v2 encoder (`bench/train_verifier.py`) with the word embeddings frozen, so
+kvgate ships only the other weights and the head (`semantic/verifier_weights/`, fp16) and loads them on
+top of the installed base model. This module knows how to build, load and run it; it knows nothing about
+thresholds or the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
+
+from semantic.embedder_source import packaged_model_dir
+
+Probabilities = npt.NDArray[np.float32]
+
+WEIGHTS_FILE = Path(__file__).parent / "verifier_weights" / "verifier.safetensors"
+DEFAULT_MAX_TOKENS = 96
+# Frozen during fine-tuning and read from the installed base model: 30522 x 384 floats, most of the size.
+FROZEN_PREFIX = "encoder.embeddings.word_embeddings."
+
+
+class PairClassifier(nn.Module):
+    """MiniLM over `[CLS] a [SEP] b [SEP]`, mean-pooled, then one logit: same meaning or not."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.encoder = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(0.1)
+        self.head = nn.Linear(config.hidden_size, 1)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state  # (B, T, H)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)
+        logits: torch.Tensor = self.head(self.dropout(pooled)).squeeze(-1)  # (B,)
+        return logits
+
+
+class PairVerifier:
+    """Loads the shipped cross-encoder and scores (query, candidate) pairs in batches, on CPU."""
+
+    name = "minilm-cross-encoder"
+
+    def __init__(
+        self,
+        weights: Path = WEIGHTS_FILE,
+        base_dir: Path | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        base = base_dir if base_dir is not None else packaged_model_dir()
+        self.tokenizer = load_tokenizer(base)
+        self.model = load_base_classifier(base)
+        load_trained_weights(self.model, weights)
+        self.model.eval()
+        self.max_tokens = max_tokens
+
+    def probabilities(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> Probabilities:
+        """P(same meaning) for each (query, candidate) pair.
+
+        One order only: training showed each pair in a random order, so the model is close to symmetric,
+        and averaging both orders gained < 0.001 AUC (bench/bench_rule.py) at twice the latency.
+        """
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        probabilities: Probabilities = (1.0 / (1.0 + np.exp(-self._logits(pairs, batch_size)))).astype(
+            np.float32
+        )
+        return probabilities
+
+    def probability(self, query: str, candidate: str) -> float:
+        """P(same meaning) for one pair."""
+        return float(self.probabilities([(query, candidate)])[0])
+
+    def time_one(self, query: str, candidate: str, repeats: int = 20) -> float:
+        """Median seconds to score one pair, after a warm-up call."""
+        self.probability(query, candidate)
+        timings = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            self.probability(query, candidate)
+            timings.append(time.perf_counter() - started)
+        return float(np.median(timings))
+
+    def _logits(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> npt.NDArray[np.float32]:
+        # Sorting by length keeps padding low inside each batch; the order is restored at the end.
+        order = sorted(range(len(pairs)), key=lambda index: len(pairs[index][0]) + len(pairs[index][1]))
+        logits = np.empty(len(pairs), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                batch = encode_pairs(self.tokenizer, [pairs[index] for index in chunk], self.max_tokens)
+                logits[chunk] = self.model(**batch).float().numpy()
+        return logits
+
+
+def load_tokenizer(base_dir: Path) -> PreTrainedTokenizerBase:
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
+    return tokenizer
+
+
+def load_base_classifier(base_dir: Path) -> PairClassifier:
+    """A PairClassifier whose encoder holds the base MiniLM weights and whose head is untrained."""
+    config = BertConfig.from_pretrained(str(base_dir), local_files_only=True)
+    model = PairClassifier(config)
+    # The sentence model's pooler is unused here; everything else must be present.
+    base = {
+        name: tensor
+        for name, tensor in load_file(str(base_dir / "model.safetensors")).items()
+        if not name.startswith("pooler.")
+    }
+    missing, _ = model.encoder.load_state_dict(base, strict=False)
+    if [name for name in missing if not name.endswith("position_ids")]:
+        raise ValueError(f"base model {base_dir} lacks {missing[:3]}")
+    return model
+
+
+def load_trained_weights(model: PairClassifier, weights: Path) -> None:
+    """Overlay the fine-tuned weights; every trainable tensor must be in the file."""
+    trained = {name: tensor.float() for name, tensor in load_file(str(weights)).items()}
+    expected = {name for name in model.state_dict() if not name.startswith(FROZEN_PREFIX)}
+    missing = expected - trained.keys() - {"encoder.embeddings.position_ids"}
+    unexpected = trained.keys() - expected
+    if missing or unexpected:
+        raise ValueError(
+            f"verifier weights {weights} do not fit: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}"
+        )
+    model.load_state_dict(trained, strict=False)
+
+
+def save_trained_weights(model: PairClassifier, weights: Path) -> None:
+    """Write every tensor except the frozen word embeddings, as fp16."""
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        name: tensor.detach().to(torch.float16).contiguous()
+        for name, tensor in model.state_dict().items()
+        if not name.startswith(FROZEN_PREFIX) and not name.endswith("position_ids")
+    }
+    save_file(tensors, str(weights))
+
+
+def encode_pairs(
+    tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]], max_tokens: int
+) -> dict[str, torch.Tensor]:
+    """Tokenise `[CLS] a [SEP] b [SEP]`, truncating the longer text first, padded to the batch."""
+    encoded = tokenizer(
+        [first for first, _ in pairs],
+        [second for _, second in pairs],
+        truncation="longest_first",
+        max_length=max_tokens,
+        padding=True,
+        return_tensors="pt",
+    )
+    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")}

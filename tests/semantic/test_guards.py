@@ -1,0 +1,68 @@
+"""Guards veto pairs that differ in numbers, negation, names or question word, and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from semantic.guards import (
+    ALL_GUARDS,
+    entities_differ,
+    first_veto,
+    negation_differs,
+    numbers_differ,
+    question_word_differs,
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("What is 2+2?", "What is 2+3?"),
+        ("What is 2 + 2?", "What is 2*2?"),
+        ("Is the iPhone 6 waterproof?", "Is the iPhone 7 waterproof?"),
+        ("How to earn 1,000 dollars a day?", "How to earn 100 dollars a day?"),
+        ("Best laptop under 500 dollars?", "Best laptop under five hundred dollars?"),
+        ("What happened in 1947?", "What happened in India?"),
+    ],
+)
+def test_numbers_differ(query: str, candidate: str) -> None:
+    assert numbers_differ(query, candidate)
+    assert numbers_differ(candidate, query)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("What is 2+2?", "what is 2 + 2"),
+        ("How to earn 1,000 dollars a day?", "How can I make 1000 dollars per day?"),
+        ("What is love?", "What's love?"),
+    ],
+)
+def test_numbers_agree(query: str, candidate: str) -> None:
+    assert not numbers_differ(query, candidate)
+
+
+def test_negation_parity() -> None:
+    assert negation_differs("Why do people vote?", "Why don't people vote?")
+    assert negation_differs("Can I not pay taxes?", "Can I pay taxes?")
+    assert not negation_differs("Why can't I sleep?", "Why cannot I sleep at night?")
+    assert not negation_differs("Why do people vote?", "What makes people vote?")
+
+
+def test_entities_compare_names_case_insensitively() -> None:
+    assert entities_differ("How do I get a visa for Canada?", "How do I get a visa for Australia?")
+    assert not entities_differ("How do I learn Python?", "how do i learn python fast")
+    # The first word is capitalised by grammar, not because it is a name.
+    assert not entities_differ("Tips for learning to cook?", "Any advice for learning to cook?")
+
+
+def test_question_word_only_when_both_ask() -> None:
+    assert question_word_differs("Why is the sky blue?", "How is the sky blue?")
+    assert not question_word_differs("Why is the sky blue?", "Why the sky is blue?")
+    assert not question_word_differs("Why is the sky blue?", "Is the sky blue because of scattering?")
+
+
+def test_first_veto_names_the_reason() -> None:
+    assert first_veto("What is 2+2?", "What is 2+3?", ALL_GUARDS) == "numbers differ"
+    assert first_veto("How do I bake bread?", "How can I bake bread?", ALL_GUARDS) is None
+    assert first_veto("What is 2+2?", "What is 2+3?", ()) is None

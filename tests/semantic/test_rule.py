@@ -1,0 +1,149 @@
+"""The calibrated rule's policy, with a scripted verifier: gate, guards, thresholds, strictness, fitting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from semantic.rule import (
+    CalibratedRule,
+    Calibration,
+    CalibrationPoint,
+    calibration_path,
+    fit_calibration,
+)
+from semantic.verdict import HitRule
+
+
+class ScriptedVerifier:
+    """Answers a fixed probability per candidate text (default 0.5) and counts the pairs it was asked."""
+
+    name = "scripted"
+
+    def __init__(self, answers: dict[str, float]) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]:
+        self.asked += len(pairs)
+        return np.array([self.answers.get(candidate, 0.5) for _, candidate in pairs], dtype=np.float32)
+
+
+def make_calibration(low_cosine: float = 0.5, guards: tuple[str, ...] = ("numbers",)) -> Calibration:
+    points = (
+        CalibrationPoint(0.01, 0.95, 0.01, 0.3, 300),
+        CalibrationPoint(0.02, 0.90, 0.02, 0.45, 450),
+        CalibrationPoint(0.05, 0.70, 0.05, 0.6, 600),
+    )
+    return Calibration(low_cosine, guards, points, verifier_sha256="0" * 64)
+
+
+def make_rule(answers: dict[str, float], target: float = 0.02, **calibration: object) -> CalibratedRule:
+    return CalibratedRule(ScriptedVerifier(answers), make_calibration(**calibration), target)  # type: ignore[arg-type]
+
+
+def test_satisfies_the_hit_rule_protocol() -> None:
+    rule: HitRule = make_rule({})
+    assert rule.name == "calibrated-verifier"
+
+
+def test_below_the_cosine_gate_is_a_miss_without_the_verifier() -> None:
+    rule = make_rule({"stored": 0.99})
+    verdict = rule.judge("new", "stored", similarity=0.3)
+    assert not verdict.hit and verdict.reason == "below cosine gate"
+    assert verdict.score < 0.01
+    assert rule.verifier.asked == 0  # type: ignore[attr-defined]
+
+
+def test_guard_vetoes_before_the_verifier() -> None:
+    rule = make_rule({"What is 2+3?": 0.999})
+    verdict = rule.judge("What is 2+2?", "What is 2+3?", similarity=0.97)
+    assert (verdict.hit, verdict.reason) == (False, "numbers differ")
+    assert rule.verifier.asked == 0  # type: ignore[attr-defined]
+
+
+def test_verifier_decides_against_the_target_threshold() -> None:
+    answers = {"sure": 0.97, "likely": 0.92, "maybe": 0.8}
+    rule = make_rule(answers, target=0.02)
+    assert [rule.judge("q", text, 0.9).hit for text in ("sure", "likely", "maybe")] == [True, True, False]
+    loose = make_rule(answers, target=0.05)
+    assert loose.judge("q", "maybe", 0.9).hit
+    strict = make_rule(answers, target=0.01)
+    assert [strict.judge("q", text, 0.9).hit for text in ("sure", "likely")] == [True, False]
+
+
+def test_strictness_only_makes_hits_rarer() -> None:
+    rule = make_rule({"likely": 0.92, "sure": 0.999})
+    assert rule.judge("q", "likely", 0.9, strictness=0.0).hit
+    assert not rule.judge("q", "likely", 0.9, strictness=0.6).hit
+    assert not rule.judge("q", "sure", 0.9, strictness=1.0).hit
+
+
+def test_same_text_up_to_case_and_punctuation_is_a_hit() -> None:
+    rule = make_rule({"how do i reset my password": 0.0})
+    assert rule.judge("How do I reset my password?", "how do i reset my password", 0.99).hit
+
+
+def test_judge_many_matches_judge() -> None:
+    rule = make_rule({"a": 0.97, "b": 0.1, "What is 2+3?": 0.99})
+    pairs = [("q", "a"), ("q", "b"), ("What is 2+2?", "What is 2+3?"), ("q", "a")]
+    similarities = [0.9, 0.9, 0.95, 0.2]
+    assert rule.judge_many(pairs, similarities) == [
+        rule.judge(query, candidate, similarity)
+        for (query, candidate), similarity in zip(pairs, similarities, strict=True)
+    ]
+
+
+def test_thresholds_rise_as_the_target_falls() -> None:
+    calibration = make_calibration()
+    targets = [0.0, 0.001, 0.005, 0.01, 0.015, 0.02, 0.05, 0.2]
+    thresholds = [calibration.threshold_for(target) for target in targets]
+    assert thresholds == sorted(thresholds, reverse=True)
+    assert thresholds[0] > 1.0  # target 0: nothing can hit
+    assert calibration.threshold_for(0.015) == pytest.approx(0.925)
+
+
+def test_calibration_round_trips_through_json(tmp_path: Path) -> None:
+    calibration = make_calibration(guards=("numbers", "negation"))
+    path = calibration.save(tmp_path / "calibration.json")
+    assert Calibration.load(path) == calibration
+
+
+def test_calibration_refuses_unknown_guards(tmp_path: Path) -> None:
+    path = make_calibration(guards=("numbers",)).save(tmp_path / "calibration.json")
+    path.write_text(path.read_text().replace('"numbers"', '"astrology"'))
+    with pytest.raises(ValueError, match="unknown guards"):
+        Calibration.load(path)
+
+
+def test_user_calibration_is_preferred(tmp_path: Path) -> None:
+    assert calibration_path(tmp_path).name == "calibration.json"
+    assert calibration_path(tmp_path).parent != tmp_path
+    make_calibration().save(tmp_path / "calibration.json")
+    assert calibration_path(tmp_path) == tmp_path / "calibration.json"
+
+
+def test_fit_meets_each_target_on_the_pairs_it_was_fitted_on() -> None:
+    generator = np.random.default_rng(7)
+    labels = generator.integers(0, 2, 4000)
+    # A noisy verifier: positives score higher on average.
+    probabilities = 1 / (1 + np.exp(-(3.0 * (labels * 2 - 1) + generator.normal(0, 2.0, len(labels)))))
+    similarities = np.full(len(labels), 0.9)
+    vetoed = np.zeros(len(labels), dtype=bool)
+    calibration = fit_calibration(
+        similarities, probabilities, vetoed, labels,
+        low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={},
+        targets=(0.01, 0.02, 0.05),
+    )  # fmt: skip
+    assert [point.target for point in calibration.points] == [0.01, 0.02, 0.05]
+    recalls = [point.recall for point in calibration.points]
+    assert recalls == sorted(recalls) and recalls[0] < recalls[-1]
+    for point in calibration.points:
+        hits = probabilities >= point.threshold
+        assert (labels[hits] == 0).mean() <= point.target + 1e-9
