@@ -8,7 +8,8 @@ is not yet computed (see `engine.sequence`). The budget goes, in order, to
   2. running sequences part-way through a (chunked) prefill, as much as the budget allows;
   3. waiting sequences, admitted while the budget, `max_num_seqs` and the block pool allow. They are
      ordered by priority, then by the longest cached prefix first (a hit costs almost nothing), then by
-     arrival; a request passed over `starvation_limit` times goes ahead of every cache preference.
+     arrival; a request passed over `starvation_limit` times goes ahead of every priority and cache
+     preference (aging), so a flood of high-priority work never starves the rest.
      A waiting request whose uncached prefix is being prefilled right now by a running sequence of the
      same namespace waits for those blocks to be cached, so a shared prefix is computed once.
 No waiting request is admitted in a step that preempted someone. The scheduler counts tokens and blocks;
@@ -232,7 +233,12 @@ class Scheduler:
     def _waiting_candidates(self) -> list[tuple[Sequence, PrefixMatch]]:
         """Waiting sequences in admission order, with the cached prefix each would reuse now."""
         limit = self.config.starvation_limit
-        oldest = sorted(self.waiting, key=_importance)[: self.config.max_waiting_lookups]
+        ranked = sorted(self.waiting, key=_importance)
+        # Starving requests are always looked at, whatever their priority (aging beats priority).
+        starving_first = [s for s in ranked if s.num_times_passed_over >= limit] + [
+            s for s in ranked if s.num_times_passed_over < limit
+        ]
+        oldest = starving_first[: self.config.max_waiting_lookups]
         lookup = self.block_manager.find_cached_prefix
         matched = [
             (sequence, lookup(sequence.token_ids(), self._extra_keys[sequence.request_id]))
@@ -241,9 +247,9 @@ class Scheduler:
 
         def order(item: tuple[Sequence, PrefixMatch]) -> tuple[int, bool, int, int]:
             sequence, match = item
-            starving = sequence.num_times_passed_over >= limit
-            preference = 0 if starving else -match.num_cached_tokens
-            return (-sequence.priority, not starving, preference, sequence.arrival_index)
+            if sequence.num_times_passed_over >= limit:
+                return (0, 0, 0, sequence.arrival_index)  # starving: oldest first, ahead of any priority
+            return (1, -sequence.priority, -match.num_cached_tokens, sequence.arrival_index)
 
         return sorted(matched, key=order)
 

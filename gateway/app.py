@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import torch
 from fastapi import FastAPI
@@ -14,21 +15,25 @@ from engine.model_files import resolve_generator
 from gateway.auth import AdminGuard, KeyRing
 from gateway.backend import Backend
 from gateway.body_limit import BodyLimitMiddleware
+from gateway.breaker import BreakerState, CircuitBreaker
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit import RateLimiter
 from gateway.routes import admin, health, openai
 from gateway.service import CompletionService
 from gateway.settings import Settings
 from gateway.stats import HitStats
 from gateway.store_runtime import StoreRuntime
+from gateway.tenant_policy import TenantPolicy
+from gateway.tracecontext import TraceContextMiddleware
 from gateway.tracing import Tracing
 from gateway.upstream import UpstreamBackend
 from semantic.cache import CacheConfig, SemanticCache
 from semantic.embedder import SentenceEmbedder
 from semantic.embedder_source import resolve_embedder
 from semantic.index import rich_progress
+from semantic.rule import load_rule as load_calibrated_rule
 from semantic.store import RedisEntryStore
-from semantic.threshold_rule import CosineThresholdRule
 from semantic.verdict import HitRule
 
 logger = logging.getLogger("kvgate")
@@ -52,7 +57,22 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             logger.warning("no API keys configured: kvgate is open to anyone as the single tenant 'default'")
         torch.set_num_threads(settings.torch_threads)
         store = await asyncio.to_thread(StoreRuntime.open, settings)
-        backend = await asyncio.to_thread(backend_factory or default_backend, settings)
+        breakers: dict[str, CircuitBreaker] = app.state.breakers
+        upstream_backend = partial(default_backend, upstream_breaker=breakers["upstream"])
+        backend = await asyncio.to_thread(backend_factory or upstream_backend, settings)
+        app.state.limiter = RateLimiter(
+            TenantPolicy(
+                rpm=settings.rate_limit_rpm,
+                tpm=settings.rate_limit_tpm,
+                priority=settings.default_priority,
+                overrides=settings.tenant_limits,
+            ),
+            store.client,
+            app.state.metrics,
+            count_hits=settings.rate_limit_count_hits,
+            default_max_tokens=settings.default_max_tokens,
+            breaker=breakers["store"],
+        )
         cache: SemanticCache | None = None
         register_metrics = getattr(backend, "register_metrics", None)
         if register_metrics is not None:
@@ -80,8 +100,10 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 scope_secret=settings.scope_secret.get_secret_value().encode(),
                 max_pending=settings.max_pending,
                 store_truncated=settings.store_truncated,
+                max_stored_answer_bytes=settings.max_stored_answer_bytes,
                 log_prompts=settings.log_prompts,
                 shadow_mode=settings.shadow_mode,
+                store_breaker=breakers["store"],
             )
             logger.info(
                 "kvgate ready: store=%s backend=%s embedder=%s", store.kind, backend.name, embedder.name
@@ -99,6 +121,7 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
     app = FastAPI(title="kvgate", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = GatewayMetrics()
+    app.state.breakers = make_breakers(settings, app.state.metrics)
     app.state.tracing = Tracing.from_endpoint(settings.otlp_endpoint)
     app.state.keys = keys
     app.state.admin_guard = AdminGuard(
@@ -106,21 +129,51 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TraceContextMiddleware)
     app.include_router(health.router)
     app.include_router(openai.router)
     app.include_router(admin.router)
     return app
 
 
-def default_backend(settings: Settings) -> Backend:
+def default_backend(settings: Settings, upstream_breaker: CircuitBreaker | None = None) -> Backend:
     if settings.upstream_url is not None:
         models = [name.strip() for name in settings.upstream_models.split(",") if name.strip()]
         api_key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        return UpstreamBackend(str(settings.upstream_url), api_key, models, settings.upstream_timeout_s)
+        return UpstreamBackend(
+            str(settings.upstream_url),
+            api_key,
+            models,
+            settings.upstream_timeout_s,
+            breaker=upstream_breaker,
+            connect_retries=settings.upstream_connect_retries,
+            connect_timeout_s=settings.upstream_connect_timeout_s,
+        )
     from gateway.engine_backend import EngineBackend  # torch and the model load only in this mode
 
     return EngineBackend.load(settings)
 
 
+def make_breakers(settings: Settings, metrics: GatewayMetrics) -> dict[str, CircuitBreaker]:
+    """One breaker per dependency that can fail: the upstream (reverse-proxy mode) and the Redis store."""
+
+    def export(name: str, state: BreakerState) -> None:
+        metrics.breaker_state.labels(name).set(state.gauge_value)
+
+    breakers = {
+        name: CircuitBreaker(
+            name,
+            failure_threshold=settings.breaker_failures,
+            cooldown_s=settings.breaker_cooldown_s,
+            on_change=export,
+        )
+        for name in ("upstream", "store")
+    }
+    for name in breakers:
+        export(name, BreakerState.CLOSED)
+    return breakers
+
+
 def load_rule(settings: Settings) -> HitRule:
-    return CosineThresholdRule(0.9)
+    """The calibrated rule at the configured target (a `kvgate calibrate` file in the data dir wins)."""
+    return load_calibrated_rule(settings.data_dir, settings.target_false_hit_rate)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import redis.asyncio as aioredis
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -17,9 +20,13 @@ from engine.model_files import (
     ensure_packaged_gguf,
     resolve_generator,
 )
+from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.request_log import configure_logging
 from gateway.settings import Settings
+from semantic.changes import RedisClient
 from semantic.embedder_source import resolve_embedder
+
+KEEP_ALIVE_S = 75
 
 app = typer.Typer(help="kvgate: a semantic-cache gateway for LLM traffic.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -50,6 +57,9 @@ def serve(
         port=settings.port,
         log_level=settings.log_level,
         log_config=None,
+        # Longer than clients' and load balancers' idle timeouts: the server never closes a kept-alive
+        # connection just as a client reuses it (uvicorn's 5 s default dropped requests under load).
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
 
 
@@ -142,3 +152,73 @@ def _pull_missing(settings: Settings) -> None:
 
 def _mark(present: bool) -> str:
     return "yes" if present else "[red]missing[/red]"
+
+
+@app.command("eval-pairs")
+def eval_pairs(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON Lines of {a, b, label}.")],
+    target_false_hit_rate: Annotated[
+        float, typer.Option(min=0.001, max=0.5, help="The rule's bound on wrong hits among hits.")
+    ] = 0.02,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs.")] = None,
+) -> None:
+    """Run the real cache (store + index + rule) on labelled pairs: store `a`, look up `b`, in a scope per pair.
+
+    Prints precision, recall, false-hit rate, ROC-AUC and a plain cosine threshold's recall at the same
+    precision; the last line is one JSON object with those keys.
+    """
+    from semantic.evaluation import cache_probe, run_eval_pairs_with_progress
+
+    settings = Settings()
+    with _redis_client(settings) as client:
+        run_eval_pairs_with_progress(
+            file,
+            target_false_hit_rate,
+            console,
+            probe_factory=cache_probe(client),
+            data_dir=settings.data_dir,
+            limit=limit,
+        )
+
+
+@app.command()
+def calibrate(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON Lines of {a, b, label}.")],
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs.")] = None,
+) -> None:
+    """Fit the semantic rule's target -> threshold map to labelled pairs; `serve` then uses it."""
+    from rich.progress import MofNCompleteColumn
+
+    from semantic.evaluation import calibrate as fit_calibration
+
+    settings = Settings()
+    out = settings.data_dir / "calibration.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Progress(TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
+        task = bar.add_task("pairs", total=None)
+        fit_calibration(
+            file,
+            out,
+            limit=limit,
+            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    console.print(f"calibration written to {out}; restart `kvgate serve` to use it")
+
+
+@contextmanager
+def _redis_client(settings: Settings) -> Iterator[RedisClient]:
+    """The configured Redis (or Redis Cluster), or the embedded store (started here, or the running gateway's)."""
+    if settings.redis_url is not None:
+        url = str(settings.redis_url)
+        yield aioredis.RedisCluster.from_url(url) if settings.redis_cluster else aioredis.Redis.from_url(url)
+        return
+    store = EmbeddedStore(settings.store_dir)
+    try:
+        store.start()
+    except EmbeddedStoreError:
+        yield aioredis.Redis.from_url(store.url)  # a running gateway owns it: share its socket
+        return
+    try:
+        yield aioredis.Redis.from_url(store.url)
+    finally:
+        store.stop()

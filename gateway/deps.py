@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from gateway.auth import AdminGuard, KeyRing, Tenant
+from gateway.ratelimit import RateLimiter
 from gateway.service import CompletionService
 from gateway.settings import Settings
 from gateway.tracing import Tracing
@@ -27,6 +28,11 @@ def _tracing(request: Request) -> Tracing:
     return tracing
 
 
+def _limiter(request: Request) -> RateLimiter:
+    limiter: RateLimiter = request.app.state.limiter
+    return limiter
+
+
 def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> Tenant:
     keys: KeyRing = request.app.state.keys
     return keys.tenant_for(authorization)
@@ -43,3 +49,4 @@ ServiceDep = Annotated[CompletionService, Depends(_service)]
 CurrentTenant = Annotated[Tenant, Depends(_tenant)]
 AdminCaller = Annotated[str, Depends(_admin)]
 TracingDep = Annotated[Tracing, Depends(_tracing)]
+LimiterDep = Annotated[RateLimiter, Depends(_limiter)]

@@ -20,6 +20,7 @@ from engine.loader import load_model
 from engine.metrics import register_engine_metrics
 from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
+from engine.scheduler import SchedulerConfig
 from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.settings import Settings
@@ -44,6 +45,7 @@ class EngineBackend:
         config = EngineConfig(
             num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
             block_size=settings.kv_block_size,
+            scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
         )
         client = AsyncEngineClient.from_loaded(loaded, name, config)
         client.start()

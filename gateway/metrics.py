@@ -67,3 +67,15 @@ class GatewayMetrics:
             "kvgate_store_up", "1 when the last cache store operation succeeded.", registry=self.registry
         )
         self.store_up.set(1)
+        self.rate_limited = Counter(
+            "kvgate_rate_limited",
+            "Requests refused with 429 by the per-tenant rate limiter.",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.breaker_state = Gauge(
+            "kvgate_breaker_state",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
+            ["breaker"],
+            registry=self.registry,
+        )

@@ -11,13 +11,15 @@ import logging
 import time
 from typing import Any
 
+from gateway.tracecontext import current_trace
+
 access_logger = logging.getLogger("kvgate.access")
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"ts", "level", "logger", "message", ...extra fields}` on one line."""
+    """`{"ts", "level", "logger", "message", ...extra fields}` on one line, plus the request's trace ids."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
@@ -26,6 +28,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        trace = current_trace.get()
+        if trace is not None:
+            payload["trace_id"] = trace.trace_id
+            payload["span_id"] = trace.span_id
         payload.update({key: value for key, value in vars(record).items() if key not in _RESERVED})
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)

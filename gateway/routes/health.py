@@ -42,6 +42,8 @@ async def readyz(request: Request) -> JSONResponse:
         "store": "up" if store["reachable"] else "down",
         "pending_generations": service.pending,
         "max_pending": service.max_pending,
+        "breakers": {name: breaker.describe() for name, breaker in state.breakers.items()},
+        "rate_limiter": "redis" if state.limiter.last_shared else "local",
     }
     return JSONResponse(body, status_code=200)
 

@@ -13,19 +13,22 @@ from opentelemetry.trace import Span
 
 from gateway.backend import Finished, GenerationEvent
 from gateway.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
-from gateway.deps import CurrentTenant, ServiceDep, TracingDep
+from gateway.deps import CurrentTenant, LimiterDep, ServiceDep, TracingDep
 from gateway.errors import KvgateError, ServiceUnavailable
 from gateway.limits import refuse_unsupported
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
+from gateway.ratelimit import Admission, RateLimiter
 from gateway.rendering import SSE_DONE, Renderer, replay_pieces, sse
 from gateway.request_log import log_request
 from gateway.service import AnyRequest, CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
+from gateway.tenant_policy import PRIORITY_HEADER
 
 router = APIRouter(prefix="/v1")
 
 CacheControlHeader = Annotated[str | None, Header(alias="cache-control")]
 StrictnessHeader = Annotated[str | None, Header(alias=STRICTNESS_HEADER)]
 TagsHeader = Annotated[str | None, Header(alias=TAGS_HEADER)]
+PriorityHeader = Annotated[str | None, Header(alias=PRIORITY_HEADER)]
 
 
 @router.post("/chat/completions")
@@ -34,13 +37,17 @@ async def chat_completions(
     service: ServiceDep,
     tenant: CurrentTenant,
     tracing: TracingDep,
+    limiter: LimiterDep,
     cache_control: CacheControlHeader = None,
     strictness: StrictnessHeader = None,
     tags: TagsHeader = None,
+    priority: PriorityHeader = None,
 ) -> Response:
     """Create a chat completion (JSON or SSE), from the cache when it can."""
     with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
-        return await _complete(service, request, tenant.name, cache_control, strictness, tags, span)
+        return await _complete(
+            service, limiter, request, tenant.name, cache_control, strictness, tags, priority, span
+        )
 
 
 @router.post("/completions")
@@ -49,13 +56,17 @@ async def completions(
     service: ServiceDep,
     tenant: CurrentTenant,
     tracing: TracingDep,
+    limiter: LimiterDep,
     cache_control: CacheControlHeader = None,
     strictness: StrictnessHeader = None,
     tags: TagsHeader = None,
+    priority: PriorityHeader = None,
 ) -> Response:
     """Create a legacy text completion (JSON or SSE), from the cache when it can."""
     with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
-        return await _complete(service, request, tenant.name, cache_control, strictness, tags, span)
+        return await _complete(
+            service, limiter, request, tenant.name, cache_control, strictness, tags, priority, span
+        )
 
 
 @router.get("/models")
@@ -67,18 +78,30 @@ async def models(service: ServiceDep, tenant: CurrentTenant) -> ModelList:
 
 async def _complete(
     service: CompletionService,
+    limiter: RateLimiter,
     request: AnyRequest,
     tenant: str,
     cache_control: str | None,
     strictness: str | None,
     tags: str | None,
+    priority: str | None,
     span: Span,
 ) -> Response:
     started = time.perf_counter()
     refuse_unsupported(request)
-    call = CompletionCall(request, tenant, parse_cache_control(cache_control, strictness), parse_tags(tags))
+    admission = Admission(limiter, tenant, limiter.estimate_tokens(request))
+    if limiter.count_hits:
+        await admission()
+    call = CompletionCall(
+        request,
+        tenant,
+        parse_cache_control(cache_control, strictness),
+        parse_tags(tags),
+        priority=limiter.policy.priority_for(tenant, priority),
+        admit=None if limiter.count_hits else admission,
+    )
     answer = await service.answer(call)
-    headers = _cache_headers(answer) | {"x-request-id": call.request_id}
+    headers = _cache_headers(answer) | {"x-request-id": call.request_id} | await admission.headers()
     response = await _respond(request, answer, headers)
     route = "chat" if isinstance(request, ChatCompletionRequest) else "completions"
     service.metrics.request_seconds.labels(route, headers["x-kvgate-cache"]).observe(

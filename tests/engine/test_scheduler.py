@@ -203,3 +203,23 @@ def test_finish_frees_blocks_of_running_and_forgets_waiting_sequences() -> None:
 def test_config_refuses_non_positive_limits() -> None:
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         SchedulerConfig(max_num_batched_tokens=0)
+
+
+def test_aging_beats_priority_so_low_priority_never_starves() -> None:
+    """Under a steady stream of high-priority arrivals, a low-priority request is admitted once it has been
+    passed over `starvation_limit` times."""
+    scheduler = make_scheduler(num_blocks=64, max_num_seqs=1, starvation_limit=3)
+    low = make_sequence(8, priority=0, max_tokens=1)
+    scheduler.add(low)
+    admitted_at = None
+    for round_index in range(12):
+        high = make_sequence(8, priority=5, max_tokens=1)
+        scheduler.add(high)
+        output = scheduler.schedule()
+        running = [chunk.sequence for chunk in output.chunks]
+        if low in running:
+            admitted_at = round_index
+            break
+        for sequence in running:  # finish whatever ran so the next round admits again
+            scheduler.finish(sequence, "stop")
+    assert admitted_at is not None and admitted_at <= 4

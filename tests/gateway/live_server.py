@@ -11,6 +11,8 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from gateway.cli import KEEP_ALIVE_S
+
 
 @contextmanager
 def serve(app: FastAPI) -> Iterator[str]:
@@ -19,7 +21,14 @@ def serve(app: FastAPI) -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -24,7 +24,14 @@ SYSTEM = "You are a concise assistant. Answer in one short sentence."
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
-    settings = Settings(data_dir=tmp_path_factory.mktemp("e2e"), kv_cache_tokens=4096, default_max_tokens=32)
+    # A loose semantic target so that plain paraphrases hit with today's verifier (the shipped 2% default
+    # is conservative: see the semantic rule's calibration); the numbers guard holds at any target.
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("e2e"),
+        kv_cache_tokens=4096,
+        default_max_tokens=32,
+        target_false_hit_rate=0.2,
+    )
     return create_app(settings)
 
 
@@ -60,6 +67,8 @@ def test_layers_answer_in_order(client: openai.OpenAI) -> None:
     assert (
         cache == "semantic-hit" and paraphrase.choices[0].message.content == cold.choices[0].message.content
     )
+    assert ask(client, "What is 12 + 30?")[0] == "miss"
+    assert ask(client, "What is 12 + 31?")[0] == "miss"
 
 
 def test_a_miss_reuses_the_engine_prefix_cache(client: openai.OpenAI) -> None:

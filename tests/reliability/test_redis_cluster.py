@@ -1,0 +1,157 @@
+"""kvgate on a Redis Cluster: a local 3-master cluster on loopback ports, two kvgate apps on it.
+
+Each entry's keys share their scope's hash tag (one slot, so the Lua scripts run on one node); the
+change stream is one key on one node; scopes are found by SCAN on every master. Proves a miss then an
+exact hit, a semantic hit, a purge by tenant and an index rebuilt by a second app from the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from gateway.app import create_app
+from tests.gateway.conftest import admin, auth, chat, make_settings
+from tests.gateway.fakes import ScriptedBackend
+from tests.reliability.redis_proc import free_port, server_binary
+
+pytestmark = pytest.mark.slow
+
+ROUTE = "/v1/chat/completions"
+MASTERS = 3
+
+
+def _wait(check: object, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def cluster_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    """Three cluster-enabled redis-servers on free loopback ports, joined as masters (no replicas)."""
+    directory = tmp_path_factory.mktemp("redis-cluster")
+    ports = [free_port() for _ in range(MASTERS)]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for port in ports:
+            command = [server_binary(), "--cluster-enabled", "yes"]
+            command += ["--cluster-config-file", str(directory / f"nodes-{port}.conf"), "--port", str(port)]
+            # The bus defaults to port + 10000, which can pass 65535 for an ephemeral port: pick one free.
+            command += ["--cluster-port", str(free_port())]
+            command += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+            command += ["--dir", str(directory)]
+            processes.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=directory)
+            )
+        for port in ports:
+            node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+            try:
+                _wait(node.ping, f"redis-server on {port} did not start", 10.0)
+            finally:
+                node.close()
+        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports)]
+        create += ["--cluster-replicas", "0", "--cluster-yes"]
+        subprocess.run(create, check=True, capture_output=True, timeout=30)
+        for port in ports:
+            node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+            try:
+                _wait(
+                    lambda node=node: node.execute_command("CLUSTER INFO").get("cluster_state") == "ok",
+                    f"cluster node {port} not ok",
+                    20.0,
+                )
+            finally:
+                node.close()
+        yield ports
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait(timeout=10)
+
+
+def _app(tmp_path: Path, url: str, backend: ScriptedBackend) -> TestClient:
+    settings = make_settings(tmp_path, redis_url=url, redis_cluster=True, rate_limit_rpm=10_000)
+    return TestClient(create_app(settings, backend_factory=lambda _settings: backend))
+
+
+def _cache(client: TestClient, prompt: str, key: str = "key-alpha") -> str:
+    response = client.post(ROUTE, json=chat(prompt), headers=auth(key))
+    assert response.status_code == 200, response.text
+    assert response.headers["x-ratelimit-limit-requests"] == "10000"
+    assert client.app.state.limiter.last_shared  # type: ignore[attr-defined]  # decided by the Lua script
+    return response.headers["x-kvgate-cache"]
+
+
+def _eventually(client: TestClient, prompt: str, wanted: str, limit_s: float = 3.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while (seen := _cache(client, prompt, key="key-beta")) != wanted:
+        assert time.monotonic() < deadline, f"still {seen} after {limit_s} s"
+        time.sleep(0.05)
+
+
+def test_gateway_on_a_redis_cluster(
+    cluster_ports: list[int], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster_url = f"redis://127.0.0.1:{cluster_ports[0]}"  # one node: kvgate discovers the others
+    caplog.set_level(logging.INFO)
+    backend = ScriptedBackend()
+    with _app(tmp_path / "a", cluster_url, backend) as first:
+        store = first.get("/healthz").json()["store"]
+        assert store["kind"] == "cluster" and store["reachable"] and store["version"] not in (None, "None")
+        assert first.get("/readyz").status_code == 200
+
+        assert _cache(first, "What is the capital of France?") == "miss"
+        assert _cache(first, "What is the capital of France?") == "exact-hit"
+        assert _cache(first, "How do I reset my password?") == "miss"
+        assert _cache(first, "How do I reset my password ?") == "semantic-hit"
+        assert _cache(first, "What is the capital of France?", key="key-beta") == "miss"  # other tenant
+        assert len(backend.calls) == 3
+
+        # Scopes live on several masters: the purge must SCAN all of them.
+        purged = first.post("/admin/purge", json={"tenant": "alpha"}, headers=admin())
+        assert purged.status_code == 200 and purged.json() == {"purged": 2}
+        assert _cache(first, "What is the capital of France?") == "miss"
+        assert _cache(first, "How do I reset my password ?") == "miss"
+        assert _cache(first, "What is the capital of France?", key="key-beta") == "exact-hit"
+
+        # A second app on the same cluster: its index is rebuilt from the cluster at start-up ...
+        other = ScriptedBackend()
+        with _app(tmp_path / "b", cluster_url, other) as second:
+            assert _cache(second, "How do I reset my password?") == "semantic-hit"
+            assert _cache(second, "What is the capital of France?") == "exact-hit"
+            assert _cache(second, "What is the capital of France ?", key="key-beta") == "semantic-hit"
+            assert other.calls == []
+            # ... then it follows the change stream (one key, on one master) for what the first stores
+            # and purges afterwards.
+            assert _cache(first, "Which river flows through Paris?", key="key-beta") == "miss"
+            _eventually(second, "Which river flows through Paris ?", "semantic-hit")
+            purged = first.post("/admin/purge", json={"tenant": "beta"}, headers=admin())
+            assert purged.status_code == 200 and purged.json() == {"purged": 2}
+            _eventually(second, "Which river flows through Paris ?", "miss")
+            messages = [(record.levelno, record.getMessage()) for record in caplog.records]
+            assert any("semantic index rebuilt" in message for _, message in messages)
+            # The follower never failed to read the stream, nor missed events and rebuilt.
+            assert not [m for level, m in messages if level >= logging.WARNING and "stream" in m], messages
+
+    # The keys really are spread over the masters (not all on one node by luck).
+    counts: dict[int, int] = {}
+    for port in cluster_ports:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2.0) as node:
+            counts[port] = int(node.dbsize())
+    assert sum(1 for count in counts.values() if count) >= 2, counts
