@@ -10,7 +10,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
-from tests.engine.llama_testing import hf_logits, make_engine_model, make_hf_llama
+from tests.engine.llama_testing import TINY_LLAMA, hf_logits, make_engine_model, make_hf_llama
 
 TOLERANCE = 1e-4
 
@@ -138,16 +138,7 @@ def test_logits_only_where_asked() -> None:
 
 def test_qwen2_style_qkv_bias_matches_transformers() -> None:
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=97,
-        hidden_size=48,
-        intermediate_size=80,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
+    config = Qwen2Config(**(TINY_LLAMA | {"max_position_embeddings": 128, "tie_word_embeddings": True}))
     hf = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():
         for parameter in hf.parameters():
