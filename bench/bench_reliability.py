@@ -47,6 +47,7 @@ class LoadReport:
     missing_retry_after: int = 0
     rss_before_mb: float = 0.0
     rss_after_mb: float = 0.0
+    rss_samples_mb: list[float] = field(default_factory=list)  # one a second while the load runs
 
     @property
     def requests(self) -> int:
@@ -70,6 +71,11 @@ class LoadReport:
             f"5xx {self.server_errors}; 429 without Retry-After {self.missing_retry_after}"
         )
         out.append(f"RSS before {self.rss_before_mb:.0f} MB, after {self.rss_after_mb:.0f} MB")
+        if len(self.rss_samples_mb) >= 4:
+            quarters = [self.rss_samples_mb[len(self.rss_samples_mb) * q // 4] for q in range(4)]
+            out.append(
+                "RSS by quarter of the run: " + " / ".join(f"{value:.0f}" for value in quarters) + " MB"
+            )
         return out
 
 
@@ -122,7 +128,12 @@ async def run_load(base: str, clients: int, duration_s: float, pid: int | None =
                 elif response.status_code == 200:
                     report.latencies[response.headers["x-kvgate-cache"]].append(elapsed)
 
-        await asyncio.gather(*(one_client(seed) for seed in range(clients)))
+        async def sample_rss() -> None:
+            while process is not None and time.monotonic() < deadline:
+                report.rss_samples_mb.append(process.memory_info().rss / 2**20)
+                await asyncio.sleep(1.0)
+
+        await asyncio.gather(sample_rss(), *(one_client(seed) for seed in range(clients)))
         if process is not None:
             report.rss_after_mb = process.memory_info().rss / 2**20
     return report
@@ -136,6 +147,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--max-pending", type=int, default=16)
     parser.add_argument("--delay", type=float, default=0.02, help="scripted backend seconds per word")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="load runs back to back on the same process: the first warms it up (model buffers, "
+        "allocator arenas, connection pools), later ones show whether memory keeps growing",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         redis_server = RedisProcess(Path(scratch) / "redis", appendfsync="everysec")
@@ -146,14 +164,18 @@ def main(argv: list[str]) -> None:
             kvgate.launch()
             kvgate.wait_ready()
             assert kvgate.process is not None
-            report = asyncio.run(run_load(kvgate.base, args.clients, args.duration, kvgate.process.pid))
+            print(
+                f"{args.clients} clients, {args.duration:.0f} s, max_pending {args.max_pending}, "
+                f"delay {args.delay} s/word, {args.rounds} rounds on one process",
+                flush=True,
+            )
+            for round_number in range(1, args.rounds + 1):
+                report = asyncio.run(run_load(kvgate.base, args.clients, args.duration, kvgate.process.pid))
+                print(f"round {round_number}:")
+                print("\n".join(report.lines(args.duration)), flush=True)
         finally:
             kvgate.kill()
             redis_server.kill()
-    print(
-        f"{args.clients} clients, {args.duration:.0f} s, max_pending {args.max_pending}, delay {args.delay} s/word"
-    )
-    print("\n".join(report.lines(args.duration)))
 
 
 if __name__ == "__main__":
