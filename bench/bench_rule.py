@@ -13,7 +13,6 @@ Cosines and verifier scores are cached under bench/out/ (delete it after retrain
 from __future__ import annotations
 
 import argparse
-import pickle
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -142,9 +141,9 @@ def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier
     The verifier only scores pairs at or above the cosine gate: the rule never asks it about the others.
     """
     stem = name.replace("/", "-")
-    cosines = _cached(CACHE_DIR / f"cosines-{stem}.pkl", lambda: _cosines(pairs))
+    cosines = _cached(CACHE_DIR / f"cosines-{stem}.npy", lambda: _cosines(pairs))
     if len(cosines) != len(pairs):
-        raise SystemExit(f"bench/out/cosines-{stem}.pkl is from another split: delete bench/out/")
+        raise SystemExit(f"bench/out/cosines-{stem}.npy is from another split: delete bench/out/")
     band = np.flatnonzero(cosines >= LOW_COSINE)
 
     def probabilities() -> Floats:
@@ -152,17 +151,17 @@ def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier
         scores[band] = verifier.probabilities([(pairs[index].b, pairs[index].a) for index in band])
         return scores
 
-    return Features(pairs, cosines, _cached(CACHE_DIR / f"verifier-{stem}-{sha[:12]}.pkl", probabilities))
+    return Features(pairs, cosines, _cached(CACHE_DIR / f"verifier-{stem}-{sha[:12]}.npy", probabilities))
 
 
 def _cached(path: Path, compute: Callable[[], Floats]) -> Floats:
     if path.exists():
-        cached: Floats = pickle.loads(path.read_bytes())
+        cached: Floats = np.load(path, allow_pickle=False)
         return cached
     started = time.perf_counter()
     values = np.asarray(compute(), dtype=np.float64)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(values))
+    np.save(path, values, allow_pickle=False)
     print(f"computed {path.name} in {time.perf_counter() - started:.0f}s", flush=True)
     return values
 

@@ -29,6 +29,9 @@ class KvgateProcess:
     env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    stderr_path: Path | None = (
+        None  # where the process's stderr (its warnings and errors) goes; None: dropped
+    )
 
     @property
     def base(self) -> str:
@@ -43,13 +46,18 @@ class KvgateProcess:
             "KVGATE_API_KEYS": KEYS,
             "KVGATE_ADMIN_TOKEN": ADMIN_TOKEN,
         }
-        self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(self.port)],
-            cwd=ROOT,
-            env=env | self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        stderr = self.stderr_path.open("ab") if self.stderr_path is not None else subprocess.DEVNULL
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, str(SCRIPT), str(self.port)],
+                cwd=ROOT,
+                env=env | self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        finally:
+            if self.stderr_path is not None:
+                stderr.close()  # type: ignore[union-attr]
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
