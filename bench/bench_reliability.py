@@ -37,6 +37,7 @@ from tests.reliability.redis_proc import RedisProcess  # noqa: E402
 HEADERS = {"Authorization": "Bearer key-alpha"}
 MODEL = "fake-model"
 SEEDED = TOPICS[:12]
+MAX_GROWTH_AFTER_WARMUP = 0.05  # of the RSS at the start of the second round
 
 
 @dataclass
@@ -52,6 +53,20 @@ class LoadReport:
     @property
     def requests(self) -> int:
         return sum(self.statuses.values()) + sum(self.errors.values())
+
+    def failures(self) -> list[str]:
+        """What this run breaks of the issue's load goals (memory is judged across rounds, in `main`)."""
+        failures = []
+        if self.errors:
+            failures.append(f"dropped connections {dict(self.errors)}")
+        if self.server_errors:
+            failures.append(f"{self.server_errors} 5xx")
+        if self.missing_retry_after:
+            failures.append(f"{self.missing_retry_after} 429s without Retry-After")
+        missing = {"exact-hit", "semantic-hit", "miss"} - set(self.latencies)
+        if missing:
+            failures.append(f"no {sorted(missing)} answers")
+        return failures
 
     @property
     def server_errors(self) -> int:
@@ -169,13 +184,25 @@ def main(argv: list[str]) -> None:
                 f"delay {args.delay} s/word, {args.rounds} rounds on one process",
                 flush=True,
             )
+            reports = []
             for round_number in range(1, args.rounds + 1):
                 report = asyncio.run(run_load(kvgate.base, args.clients, args.duration, kvgate.process.pid))
+                reports.append(report)
                 print(f"round {round_number}:")
                 print("\n".join(report.lines(args.duration)), flush=True)
         finally:
             kvgate.kill()
             redis_server.kill()
+    failures = [
+        f"round {number}: {failure}" for number, r in enumerate(reports, 1) for failure in r.failures()
+    ]
+    if len(reports) >= 2:
+        # Stable: after the first round (the warm-up), RSS may move by noise, not keep climbing.
+        growth = reports[-1].rss_after_mb - reports[1].rss_before_mb
+        if growth > MAX_GROWTH_AFTER_WARMUP * reports[1].rss_before_mb:
+            failures.append(f"RSS grew {growth:.0f} MB after the warm-up round")
+    if failures:
+        raise RuntimeError("load goals not met: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ def main() -> None:
         default=0,
         help="continue the seeded batch stream after this many batches (with --resume)",
     )
+    parser.add_argument(
+        "--no-implied", action="store_true", help="train on the labelled pairs only (see implied_pairs)"
+    )
     args = parser.parse_args()
 
     random.seed(SEED)
@@ -78,7 +81,7 @@ def main() -> None:
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
 
-    examples = training_pairs(args.data_dir)
+    examples = training_pairs(args.data_dir, transitive=not args.no_implied)
     print(f"{len(examples)} training pairs; {args.steps} steps of {args.batch_size}", flush=True)
     base = packaged_model_dir()
     tokenizer = load_tokenizer(base)
@@ -156,11 +159,56 @@ def length_grouped_batches(
     return batches
 
 
-def training_pairs(data_dir: Path) -> list[LabelledPair]:
-    """The train parts of both files; epochs over Quora outnumber MRPC about 14 to 1, as in the files."""
+def training_pairs(data_dir: Path, transitive: bool = True) -> list[LabelledPair]:
+    """The train parts of both files; epochs over Quora outnumber MRPC about 14 to 1, as in the files.
+
+    With `transitive`, Quora's train part also yields the pairs its labels imply (`implied_pairs`).
+    """
     qqp = split_pairs(load_pairs(data_dir / "qqp_dev.jsonl"), QQP_SPLIT)["train"]
     mrpc = split_pairs(load_pairs(data_dir / "mrpc_train.jsonl"), MRPC_SPLIT)["train"]
-    return qqp + mrpc
+    return qqp + (implied_pairs(qqp) if transitive else []) + mrpc
+
+
+def implied_pairs(pairs: list[LabelledPair], max_group: int = 6) -> list[LabelledPair]:
+    """Pairs the labels imply but the file does not hold: inside a small group of texts joined by
+    duplicate labels every two texts are duplicates, and a text that is not a duplicate of one member is
+    a duplicate of none. Groups over `max_group` texts are skipped: a chain of noisy labels drifts.
+    """
+    parent: dict[str, str] = {}
+
+    def root(text: str) -> str:
+        parent.setdefault(text, text)
+        while parent[text] != text:
+            parent[text] = parent[parent[text]]
+            text = parent[text]
+        return text
+
+    for pair in pairs:
+        if pair.label == 1:
+            parent[root(pair.a)] = root(pair.b)
+    groups: dict[str, list[str]] = {}
+    for text in parent:
+        groups.setdefault(root(text), []).append(text)
+    small = {key: sorted(members) for key, members in groups.items() if len(members) <= max_group}
+    seen = {frozenset((pair.a, pair.b)) for pair in pairs}
+    implied: list[LabelledPair] = []
+
+    def add(a: str, b: str, label: int) -> None:
+        key = frozenset((a, b))
+        if a != b and key not in seen:
+            seen.add(key)
+            implied.append(LabelledPair(a, b, label))
+
+    for members in sorted(small.values()):
+        for index, first in enumerate(members):
+            for second in members[index + 1 :]:
+                add(first, second, 1)
+    for pair in pairs:
+        if pair.label == 0:
+            for text, other in ((pair.a, pair.b), (pair.b, pair.a)):
+                for member in small.get(root(text), []) if text in parent else []:
+                    add(member, other, 0)
+    return implied
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 log_prompts=settings.log_prompts,
                 shadow_mode=settings.shadow_mode,
                 store_breaker=breakers["store"],
+                store_error_log_interval_s=settings.store_error_log_interval_s,
             )
             logger.info(
                 "kvgate ready: store=%s backend=%s embedder=%s", store.kind, backend.name, embedder.name

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -118,6 +119,7 @@ class CompletionService:
         log_prompts: bool = False,
         shadow_mode: bool = False,
         store_breaker: CircuitBreaker | None = None,
+        store_error_log_interval_s: float = 60.0,
     ) -> None:
         self.cache = cache
         self.backend = backend
@@ -130,10 +132,11 @@ class CompletionService:
         self.log_prompts = log_prompts
         self.shadow_mode = shadow_mode
         self.store_breaker = store_breaker
+        self.store_error_log_interval_s = store_error_log_interval_s
         self.shadow = ShadowStats()
         self._flights: dict[str, Flight] = {}
         self._pending = 0
-        self._store_error_logged_at = 0.0
+        self._store_error_logged_at = -math.inf
         self.store_healthy = True
 
     async def answer(self, call: CompletionCall) -> CachedAnswer | LiveAnswer:
@@ -289,7 +292,7 @@ class CompletionService:
         self.store_healthy = False
         self.metrics.store_up.set(0)
         now = time.monotonic()
-        if now - self._store_error_logged_at >= 60.0:
+        if now - self._store_error_logged_at >= self.store_error_log_interval_s:
             self._store_error_logged_at = now
             logger.error(
                 "cache store unavailable during %s (failing open to the backend): %s", operation, error

@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     breaker_cooldown_s: float = Field(default=2.0, gt=0)
     """How long an open breaker sheds calls before one half-open probe (short: the store must be back within 5 s)."""
 
+    store_error_log_interval_s: float = Field(default=60.0, gt=0)
+    """While the cache store is down, its error is logged at most once per this many seconds, not per request."""
+
     upstream_connect_retries: int = Field(default=2, ge=0, le=10)
     """Retries (jittered exponential back-off) when the upstream refuses the connection; never mid-stream."""
 

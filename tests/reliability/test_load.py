@@ -34,4 +34,4 @@ def test_fifty_clients_for_ten_seconds(tmp_path: Path) -> None:
     assert report.server_errors == 0, report.statuses
     assert report.statuses["429"] > 0, "the load never reached max_pending: the overload path went untested"
     assert report.missing_retry_after == 0
-    assert report.latencies["exact-hit"] and report.latencies["miss"]
+    assert report.latencies["exact-hit"] and report.latencies["semantic-hit"] and report.latencies["miss"]

@@ -122,6 +122,7 @@ def test_gateway_on_a_redis_cluster(
         assert _cache(first, "How do I reset my password ?") == "semantic-hit"
         assert _cache(first, "What is the capital of France?", key="key-beta") == "miss"  # other tenant
         assert len(backend.calls) == 3
+        _assert_entry_keys_share_a_slot(cluster_ports)
 
         # Scopes live on several masters: the purge must SCAN all of them.
         purged = first.post("/admin/purge", json={"tenant": "alpha"}, headers=admin())
@@ -155,3 +156,19 @@ def test_gateway_on_a_redis_cluster(
         with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2.0) as node:
             counts[port] = int(node.dbsize())
     assert sum(1 for count in counts.values() if count) >= 2, counts
+
+
+def _assert_entry_keys_share_a_slot(ports: list[int]) -> None:
+    """Every stored entry's keys (entry hash, exact key, scope members and meta) hash to one slot."""
+    by_scope: dict[str, set[str]] = {}
+    for port in ports:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2.0, decode_responses=True) as node:
+            for key in node.scan_iter(match="kvgate:sc:{*}:*", count=1000):
+                by_scope.setdefault(key.split("}", 1)[0], set()).add(key)
+    with redis.Redis(host="127.0.0.1", port=ports[0], socket_timeout=2.0) as node:
+        for keys in by_scope.values():
+            kinds = {key.split("}:", 1)[1].split(":", 1)[0] for key in keys}
+            assert {"e", "x", "m", "meta"} <= kinds, keys
+            slots = {int(node.execute_command("CLUSTER KEYSLOT", key)) for key in keys}
+            assert len(slots) == 1, f"one scope's keys in slots {slots}: {sorted(keys)}"
+    assert len(by_scope) >= 2, by_scope

@@ -24,6 +24,8 @@ from tests.reliability.redis_proc import RedisProcess
 pytestmark = pytest.mark.slow
 
 CLIENTS = 4
+OUTAGE_S = 3.5
+LOG_INTERVAL_S = 1.0
 
 
 class Load:
@@ -64,9 +66,13 @@ def test_redis_killed_and_restarted_under_load(tmp_path: Path, caplog: pytest.Lo
     # survives), but only after the once-a-second write has happened, which a test cannot see.
     redis_server = RedisProcess(tmp_path / "redis", appendfsync="always")
     redis_server.start()
-    # The store's circuit breaker (issue 11) sheds store calls for `breaker_cooldown_s` after Redis
-    # fails; it must stay under the 5 s this issue allows for caching to resume (pinned to the default).
-    settings = make_settings(tmp_path / "kvgate", redis_url=redis_server.url, breaker_cooldown_s=2.0)
+    # The store's circuit breaker (issue 11) sheds store calls for `breaker_cooldown_s` after Redis fails:
+    # its default must let caching resume within the 5 s this issue allows, so the test keeps the default.
+    # The error-log interval is shortened so that a 3.5 s outage spans several intervals.
+    settings = make_settings(
+        tmp_path / "kvgate", redis_url=redis_server.url, store_error_log_interval_s=LOG_INTERVAL_S
+    )
+    assert settings.breaker_cooldown_s < 5.0
     app = create_app(settings, backend_factory=lambda _: ScriptedBackend(delay_s=0.002))
     acknowledged = list(TOPICS[:16])
     try:
@@ -79,37 +85,41 @@ def test_redis_killed_and_restarted_under_load(tmp_path: Path, caplog: pytest.Lo
                     for worker in range(CLIENTS):
                         pool.submit(load.run, worker)
                     time.sleep(1.0)
+                    before = sum(load.statuses.values())
                     redis_server.kill()
                     killed_at = time.monotonic()
-                    time.sleep(3.0)
+                    time.sleep(OUTAGE_S)
                     ready = client.get("/readyz").json()
-                    during = sum(load.statuses.values())
+                    during = sum(load.statuses.values()) - before
                     redis_server.start()
                     restarted_at = time.monotonic()
-                    time.sleep(1.0)
+                    probe = "Give me a recipe for vegan lasagne."
+                    while cache_header(client, probe) != "exact-hit":
+                        assert time.monotonic() - restarted_at < 5.0, "caching did not resume within 5 s"
+                        time.sleep(0.1)
+                    resumed_s = time.monotonic() - restarted_at
                     load.stop.set()
                 outage_s = restarted_at - killed_at
 
                 assert ready["status"] == "degraded" and ready["store"] == "down"
                 assert set(load.statuses) == {"200"}, load.statuses
-                assert during > 20, "the load did not run through the outage"
+                assert during > 20, f"only {during} requests were answered while Redis was down"
                 outage_logs = [
                     record for record in caplog.records if "cache store unavailable" in record.getMessage()
                 ]
-                assert len(outage_logs) == 1, f"{len(outage_logs)} error lines for a {outage_s:.1f} s outage"
+                # Once per interval: a line at the first failure, then at most one per LOG_INTERVAL_S
+                # (the interval is over Redis being down, plus the moments until it is seen back).
+                assert 1 <= len(outage_logs) <= outage_s / LOG_INTERVAL_S + 2, (
+                    f"{len(outage_logs)} error lines for a {outage_s:.1f} s outage and {during} requests"
+                )
 
-            probe = "Give me a recipe for vegan lasagne."
-            started = time.monotonic()
-            while cache_header(client, probe) != "exact-hit":
-                assert time.monotonic() - started < 5.0, "caching did not resume within 5 s"
-                time.sleep(0.1)
-            resumed_s = time.monotonic() - started
             assert client.get("/readyz").json()["status"] == "ready"
             survived = [prompt for prompt in acknowledged if cache_header(client, prompt) == "exact-hit"]
             assert survived == acknowledged
             print(
-                f"\nredis outage {outage_s:.1f} s: {sum(load.statuses.values())} requests {dict(load.statuses)}, "
-                f"{len(outage_logs)} error log line(s); caching resumed in {resumed_s:.2f} s; "
+                f"\nredis outage {outage_s:.1f} s: {during} requests answered during it, all "
+                f"{sum(load.statuses.values())} {dict(load.statuses)}; {len(outage_logs)} error log line(s) "
+                f"at one per {LOG_INTERVAL_S} s; caching resumed {resumed_s:.2f} s after the restart; "
                 f"{len(survived)}/{len(acknowledged)} acknowledged entries survived SIGKILL"
             )
     finally:

@@ -38,9 +38,9 @@ def wait_for(replica: KvgateProcess, prompt: str, wanted: str, limit_s: float = 
     while True:
         sent = time.monotonic() - started
         seen = ask(replica, prompt, **NO_STORE).headers["x-kvgate-cache"]
+        assert sent < limit_s, f"{replica.port}: a request sent {sent:.2f} s after saw {seen}, not {wanted}"
         if seen == wanted:
             return sent
-        assert sent < limit_s, f"{replica.port}: a request sent {sent:.2f} s after still saw {seen}"
         time.sleep(0.02)
 
 
@@ -74,5 +74,7 @@ def test_concurrent_writes_of_one_prompt_leave_one_entry(
         after = set(client.scan_iter(match="kvgate:sc:{*}:e:*", count=1000))
     finally:
         client.close()
-    assert {answer.headers["x-kvgate-cache"] for answer in answers} <= {"miss", "exact-hit", "semantic-hit"}
+    # The writes overlapped: more than one replica missed, generated and stored the answer.
+    classes = [answer.headers["x-kvgate-cache"] for answer in answers]
+    assert len({index % 3 for index, seen in enumerate(classes) if seen == "miss"}) >= 2, classes
     assert len(after - before) == 1, f"{len(after - before)} entries for one prompt written by 3 replicas"
