@@ -50,7 +50,7 @@ from semantic.verifier import WEIGHTS_FILE, PairVerifier
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parent / "out"
 LOW_COSINE = 0.5
-TARGETS = (0.01, 0.02, 0.05)
+TARGETS = (0.01, 0.02, 0.05, 0.10, 0.20)
 Floats = npt.NDArray[np.float64]
 
 
@@ -91,7 +91,16 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE)
     parser.add_argument("--write-calibration", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--guards",
+        default=",".join(DEFAULT_GUARDS),
+        help=f"comma-separated guards the calibrated rule applies (of {', '.join(GUARDS_BY_NAME)})",
+    )
     args = parser.parse_args()
+    guard_names = tuple(name for name in args.guards.split(",") if name)
+    unknown = set(guard_names) - GUARDS_BY_NAME.keys()
+    if unknown:
+        raise SystemExit(f"unknown guards {sorted(unknown)}")
     torch.set_num_threads(args.threads)
 
     qqp = split_pairs(load_pairs(args.data_dir / "qqp_dev.jsonl"), QQP_SPLIT)
@@ -102,17 +111,17 @@ def main() -> None:
     features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
 
     for name in ("qqp/test", "mrpc/test"):
-        report_components(name, features[name])
+        report_components(name, features[name], guard_names)
 
     calibration_features = features["qqp/calibration"]
-    default_guards = tuple(GUARDS_BY_NAME[guard] for guard in DEFAULT_GUARDS)
+    guards = tuple(GUARDS_BY_NAME[guard] for guard in guard_names)
     calibration = fit_calibration(
         calibration_features.cosines,
         calibration_features.probabilities,
-        calibration_features.vetoed(default_guards),
+        calibration_features.vetoed(guards),
         calibration_features.labels,
         low_cosine=LOW_COSINE,
-        guards=DEFAULT_GUARDS,
+        guards=guard_names,
         verifier_sha256=sha,
         fitted_on={
             "file": "qqp_dev.jsonl",
@@ -172,7 +181,7 @@ def _cosines(pairs: list[LabelledPair]) -> Floats:
     return np.asarray((stored * looked_up).sum(axis=1), dtype=np.float64)
 
 
-def report_components(name: str, features: Features) -> None:
+def report_components(name: str, features: Features, chosen: tuple[str, ...]) -> None:
     """Recall at 95% / 90% precision and AUC of each signal alone and combined (vetoed pairs score -1)."""
     labels, cosines, probabilities = features.labels, features.cosines, features.probabilities
     print(f"\n{name}: {len(labels)} pairs, {labels.sum()} positive")
@@ -184,8 +193,9 @@ def report_components(name: str, features: Features) -> None:
     rows.append((f"verifier (cosine gate {LOW_COSINE})", gated, None))
     for guard in ALL_GUARDS:
         rows.append((f"verifier + {guard.name} guard", gated, features.vetoed((guard,))))
-    default_guards = tuple(GUARDS_BY_NAME[guard] for guard in DEFAULT_GUARDS)
-    rows.append((f"verifier + {'+'.join(DEFAULT_GUARDS)}", gated, features.vetoed(default_guards)))
+    for names in dict.fromkeys([DEFAULT_GUARDS, chosen]):
+        guards = tuple(GUARDS_BY_NAME[guard] for guard in names)
+        rows.append((f"verifier + {'+'.join(names)}", gated, features.vetoed(guards)))
     for label, scores, vetoed in rows:
         if vetoed is not None:
             scores = np.where(vetoed, -1.0, scores)

@@ -8,6 +8,7 @@ embeddings or thresholds. Which guards the rule applies is a measured choice (se
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,6 +127,13 @@ _NOT_NAMES = frozenset(
 )
 
 
+# Words whose swap does not change what is asked ("which" / "what", "can" / "should", "best" / "good").
+_FUNCTION_WORDS = _NOT_NAMES | frozenset(
+    ["be", "been", "being", "shall", "have", "has", "had", "me", "us", "them", "one", "some", "any",
+     "most", "more", "best", "good", "better", "s"]
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """A named check: `differs(query, candidate)` is True when the texts disagree on its feature."""
@@ -156,11 +164,35 @@ def question_word_differs(query: str, candidate: str) -> bool:
     return first is not None and second is not None and first != second
 
 
+def word_swapped(query: str, candidate: str) -> bool:
+    """The texts are the same but for one or two content words swapped for others ("... in Iceland" vs
+    "... in Canada", "boy" vs "girl"): a different subject in the same frame. Function words, inflections
+    ("achievement" / "achievements") and typos ("derick" / "derrick") are not swaps.
+    """
+    first, second = _tokens(query), _tokens(candidate)
+    changes = [
+        op
+        for op in difflib.SequenceMatcher(None, first, second, autojunk=False).get_opcodes()
+        if op[0] != "equal"
+    ]
+    if len(changes) != 1 or changes[0][0] != "replace":
+        return False
+    _, start, end, other_start, other_end = changes[0]
+    if end - start > 2 or other_end - other_start > 2:
+        return False
+    removed = [word for word in first[start:end] if word not in _FUNCTION_WORDS]
+    added = [word for word in second[other_start:other_end] if word not in _FUNCTION_WORDS]
+    if not removed or not added:
+        return False
+    return not (len(removed) == 1 and len(added) == 1 and _same_word(removed[0], added[0]))
+
+
 NUMBERS = Guard("numbers", "numbers differ", numbers_differ)
 NEGATION = Guard("negation", "negation differs", negation_differs)
 ENTITIES = Guard("entities", "names differ", entities_differ)
 QUESTION_WORD = Guard("question_word", "question word differs", question_word_differs)
-ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD)
+SWAP = Guard("swap", "one word swapped for another", word_swapped)
+ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP)
 GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
 
 
@@ -204,3 +236,14 @@ def _question_word(text: str) -> str | None:
 
 def _words(text: str) -> list[str]:
     return [word.lower().replace("’", "'") for word in _WORD.findall(text)]
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower().replace("’", "'"))
+
+
+def _same_word(first: str, second: str) -> bool:
+    """An inflection or a typo of the same word: one is a prefix of the other, or they are 80% alike."""
+    if first.startswith(second) or second.startswith(first):
+        return True
+    return len(first) >= 4 and difflib.SequenceMatcher(None, first, second).ratio() >= 0.8

@@ -1,4 +1,4 @@
-"""Guards veto pairs that differ in numbers, negation, names or question word, and nothing else."""
+"""Guards veto pairs that differ in numbers, negation, names, question word or one swapped word, and nothing else."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from semantic.guards import (
     negation_differs,
     numbers_differ,
     question_word_differs,
+    word_swapped,
 )
 
 
@@ -60,6 +61,35 @@ def test_question_word_only_when_both_ask() -> None:
     assert question_word_differs("Why is the sky blue?", "How is the sky blue?")
     assert not question_word_differs("Why is the sky blue?", "Why the sky is blue?")
     assert not question_word_differs("Why is the sky blue?", "Is the sky blue because of scattering?")
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("Good gifts to bring to a home in Iceland?", "Good gifts to bring to a home in Canada?"),
+        ("What are must-read books for a boy?", "What are must-read books for a girl?"),
+        ("Why is the cross an Apache symbol?", "Why is the crow an Apache symbol?"),
+        ("Best phones gadgets nobody knows about?", "Best home gadgets nobody knows about?"),
+    ],
+)
+def test_one_content_word_swapped(query: str, candidate: str) -> None:
+    assert word_swapped(query, candidate) and word_swapped(candidate, query)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("Which is the best phone?", "What is the best phone?"),  # function words
+        ("How can we learn French?", "How should I learn French?"),
+        ("What is my greatest achievement?", "What are my greatest achievements?"),  # inflection
+        ("Who loves derick rose?", "Who loves derrick rose?"),  # typo
+        ("How do I bake bread?", "How do I bake bread at home quickly?"),  # words added, none swapped
+        ("What is a good laptop for students?", "Which tablet should a student buy for note taking?"),
+        ("Why is the sky blue?", "Why is the sky blue?"),
+    ],
+)
+def test_not_a_swap(query: str, candidate: str) -> None:
+    assert not word_swapped(query, candidate)
 
 
 def test_first_veto_names_the_reason() -> None:

@@ -147,3 +147,25 @@ def test_fit_meets_each_target_on_the_pairs_it_was_fitted_on() -> None:
     for point in calibration.points:
         hits = probabilities >= point.threshold
         assert (labels[hits] == 0).mean() <= point.target + 1e-9
+
+
+def test_fit_stays_finite_on_an_overconfident_verifier() -> None:
+    # Probabilities pinned near 0 and 1, with 10% of labels flipped: a plain Newton step diverged here.
+    generator = np.random.default_rng(3)
+    labels = generator.integers(0, 2, 3000)
+    noisy = np.where(generator.random(len(labels)) < 0.1, 1 - labels, labels)
+    probabilities = np.where(noisy == 1, 0.9999, 0.0001) + generator.normal(0, 1e-5, len(labels))
+    similarities = generator.uniform(0.5, 1.0, len(labels))
+    calibration = fit_calibration(
+        similarities, np.clip(probabilities, 0, 1), np.zeros(len(labels), dtype=bool), labels,
+        low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.1, 0.2),
+    )  # fmt: skip
+    assert all(abs(weight) < 100 for weight in calibration.combiner), calibration.combiner
+    assert 0.0 < calibration.combine(0.9, 0.9999) < 1.0
+
+
+def test_no_threshold_below_the_smallest_fitted_target() -> None:
+    calibration = make_calibration()
+    smallest = calibration.points[0].target
+    assert calibration.threshold_for(smallest / 2) == float("inf")
+    assert calibration.threshold_for(smallest) == calibration.points[0].threshold
