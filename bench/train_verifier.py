@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from semantic.embedder_source import packaged_model_dir
-from semantic.evaluation import MRPC_SPLIT, QQP_SPLIT, LabelledPair, load_pairs, split_pairs
+from semantic.evaluation import MRPC_SPLIT, QQP_SPLIT, LabelledPair, load_pairs, split_pairs, text_groups
 from semantic.verifier import (
     FROZEN_PREFIX,
     WEIGHTS_FILE,
@@ -176,21 +176,10 @@ def implied_pairs(pairs: list[LabelledPair], max_group: int = 6) -> list[Labelle
     duplicate labels every two texts are duplicates, and a text that is not a duplicate of one member is
     a duplicate of none. Groups over `max_group` texts are skipped: a chain of noisy labels drifts.
     """
-    parent: dict[str, str] = {}
-
-    def root(text: str) -> str:
-        parent.setdefault(text, text)
-        while parent[text] != text:
-            parent[text] = parent[parent[text]]
-            text = parent[text]
-        return text
-
-    for pair in pairs:
-        if pair.label == 1:
-            parent[root(pair.a)] = root(pair.b)
     groups: dict[str, list[str]] = {}
-    for text in parent:
-        groups.setdefault(root(text), []).append(text)
+    group_of = text_groups(pair for pair in pairs if pair.label == 1)
+    for text, group in group_of.items():
+        groups.setdefault(group, []).append(text)
     small = {key: sorted(members) for key, members in groups.items() if len(members) <= max_group}
     seen = {frozenset((pair.a, pair.b)) for pair in pairs}
     implied: list[LabelledPair] = []
@@ -208,7 +197,7 @@ def implied_pairs(pairs: list[LabelledPair], max_group: int = 6) -> list[Labelle
     for pair in pairs:
         if pair.label == 0:
             for text, other in ((pair.a, pair.b), (pair.b, pair.a)):
-                for member in small.get(root(text), []) if text in parent else []:
+                for member in small.get(group_of[text], []) if text in group_of else []:
                     add(member, other, 0)
     return implied
 

@@ -86,13 +86,8 @@ def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
     return pairs
 
 
-def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> dict[str, list[LabelledPair]]:
-    """Split pairs so that no text appears in two parts (pairs sharing a text form one group).
-
-    A group goes to a part by a hash of its smallest text, so the split does not depend on the order
-    of the file or on a random seed: anyone re-running it gets the same parts.
-    """
-    pairs = list(pairs)
+def text_groups(pairs: Iterable[LabelledPair]) -> dict[str, str]:
+    """Each text of `pairs` -> the smallest text of its group (texts joined by pairs, transitively)."""
     parent: dict[str, str] = {}
 
     def root(text: str) -> str:
@@ -105,11 +100,18 @@ def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> d
     for pair in pairs:
         first, second = root(pair.a), root(pair.b)
         if first != second:
-            parent[max(first, second)] = min(first, second)
-    smallest: dict[str, str] = {}
-    for text in parent:
-        group = root(text)
-        smallest[group] = min(smallest.get(group, text), text)
+            parent[max(first, second)] = min(first, second)  # a root is always its group's smallest text
+    return {text: root(text) for text in parent}
+
+
+def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> dict[str, list[LabelledPair]]:
+    """Split pairs so that no text appears in two parts (pairs sharing a text form one group).
+
+    A group goes to a part by a hash of its smallest text, so the split does not depend on the order
+    of the file or on a random seed: anyone re-running it gets the same parts.
+    """
+    pairs = list(pairs)
+    groups = text_groups(pairs)
     names = list(fractions)
     bounds = []
     total = 0.0
@@ -118,7 +120,7 @@ def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> d
         bounds.append(total / sum(fractions.values()))
     parts: dict[str, list[LabelledPair]] = {name: [] for name in names}
     for pair in pairs:
-        position = _unit_hash(smallest[root(pair.a)])
+        position = _unit_hash(groups[pair.a])
         part = next((name for name, bound in zip(names, bounds, strict=True) if position < bound), names[-1])
         parts[part].append(pair)
     return parts
