@@ -12,6 +12,8 @@ its concurrent callers are threads, as in a threaded server), and the ratios.
 
 `--filler N` adds N random unit vectors (not real embeddings: fast to build, far from every query)
 to the same scope, so the index is N + entries large; past 100k kvgate's scope switches to HNSW.
+Writing 1M entries takes ~20 min: `--prefix P --keep` leaves them in Redis, and a later run with the
+same `--prefix` (and sizes) reuses them and measures only the start-up rebuild and the lookups.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ MISSES = ["Write a haiku about {}.", "What is the melting point of {}?", "Transl
 MISS_WORDS = ["autumn rain", "copper", "tungsten", "a red fox", "the open sea", "good morning", "volcanoes"]
 MISS_WORDS += ["glaciers", "old lighthouses", "sourdough bread", "the night sky", "tin", "river stones"]
 COSINE = 0.8
+TTL_S = 24 * 3600.0  # long enough for a `--keep` fill to be reused the next day
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
     parser.add_argument("--torch-threads", type=int, default=1, help="intra-op threads (1 on a shared box)")
     parser.add_argument("--no-gptcache", action="store_true")
+    parser.add_argument("--prefix", help="Redis key prefix (default: a fresh random one); reused if filled")
+    parser.add_argument("--keep", action="store_true", help="leave the entries in Redis for a later run")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -151,27 +156,32 @@ async def run_kvgate(
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(args.redis_url)
-    prefix = f"kvgate:bench:{secrets.token_hex(4)}"
+    prefix = args.prefix or f"kvgate:bench:{secrets.token_hex(4)}"
     store = RedisEntryStore(client, prefix=prefix)
-    cache = SemanticCache(store, embedder, CosineThresholdRule(COSINE), CacheConfig(default_ttl_s=3600))
+    cache = SemanticCache(store, embedder, CosineThresholdRule(COSINE), CacheConfig(default_ttl_s=TTL_S))
+    scope_id = kvgate_scope(workload.stored[0], embedder).scope_id
     try:
-        print(f"kvgate: storing {len(vectors) + len(filler)} entries in Redis ...", flush=True)
         started = time.perf_counter()
-        limit = asyncio.Semaphore(64)
-
-        async def put(prompt: str, vector: np.ndarray) -> None:
-            async with limit:
-                await store.put(kvgate_scope(prompt, embedder), "{}", vector, 3600.0, ())
-
         stored = list(zip(workload.stored, vectors, strict=True))
         stored += [(f"filler {row}", vector) for row, vector in enumerate(filler)]
-        for start in range(0, len(stored), 5000):
-            await asyncio.gather(*(put(prompt, vector) for prompt, vector in stored[start : start + 5000]))
+        if await store.scope_size(scope_id) >= len(stored):
+            print(f"kvgate: reusing the {len(stored)} entries under {prefix}", flush=True)
+        else:
+            print(f"kvgate: storing {len(stored)} entries in Redis under {prefix} ...", flush=True)
+            limit = asyncio.Semaphore(64)
+
+            async def put(prompt: str, vector: np.ndarray) -> None:
+                async with limit:
+                    await store.put(kvgate_scope(prompt, embedder), "{}", vector, TTL_S, ())
+
+            for start in range(0, len(stored), 5000):
+                await asyncio.gather(
+                    *(put(prompt, vector) for prompt, vector in stored[start : start + 5000])
+                )
         write_s = time.perf_counter() - started
         started = time.perf_counter()
         indexed = await cache.start()
         rebuild_s = time.perf_counter() - started
-        scope_id = kvgate_scope(workload.stored[0], embedder).scope_id
         print(
             f"kvgate: wrote in {write_s:.1f} s, rebuilt {indexed} vectors in {rebuild_s:.1f} s "
             f"({cache.sync.index.scope_kind(scope_id)})",
@@ -186,9 +196,10 @@ async def run_kvgate(
         return result
     finally:
         await cache.stop()
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=5000)]
-        for start in range(0, len(keys), 1000):
-            await client.delete(*keys[start : start + 1000])
+        if not args.keep:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=5000)]
+            for start in range(0, len(keys), 1000):
+                await client.delete(*keys[start : start + 1000])
         await client.aclose()
 
 

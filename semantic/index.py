@@ -1,144 +1,32 @@
-"""FAISS indexes over the stored prompts' vectors, one per scope: the in-memory, rebuildable half.
+"""FAISS indexes over the stored prompts' vectors, one `ScopeIndex` per scope: the rebuildable half.
 
 Knows vectors, entry ids and scope ids; knows nothing about Redis, prompts or answers. Everything
-here can be thrown away and rebuilt from the store (`SemanticCache.rebuild`).
-
-A scope is searched exactly (inner product over unit vectors == cosine, `IndexFlatIP` in an
-`IndexIDMap2`) until it holds `hnsw_threshold` vectors; past that it is rebuilt as HNSW. HNSW cannot
-remove ids, so removals there are tombstones, filtered out of results, and the scope is rebuilt once
-`tombstone_ratio` of it is dead. Entry ids (strings) map to int64 labels local to each scope.
+here can be thrown away and rebuilt from the store (`IndexSync.rebuild`).
 
 Not thread-safe: the cache calls it from the event loop only, so a search never races an update.
+The slow FAISS work (a start-up rebuild into a fresh `VectorIndex` that nothing else sees yet, a
+scope's `build` step) goes to `IndexBuilder`'s thread, with every core, while the loop keeps
+serving from what is already built.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import faiss
-import numpy as np
-import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+from semantic.scope_index import IndexConfig, Neighbour, ScopeIndex, Vectors
+
+__all__ = ["IndexBuilder", "IndexConfig", "Neighbour", "RebuildProgress", "VectorIndex", "rich_progress"]
+
 RebuildProgress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class IndexConfig:
-    """How scopes are indexed. `search_threads` sets FAISS's OpenMP threads for the whole process."""
-
-    dimension: int
-    hnsw_threshold: int = 100_000
-    hnsw_m: int = 32
-    hnsw_ef_construction: int = 40
-    hnsw_ef_search: int = 64
-    tombstone_ratio: float = 0.2
-    search_threads: int | None = 1
-
-    def __post_init__(self) -> None:
-        if self.dimension <= 0 or self.hnsw_threshold <= 0 or self.hnsw_m <= 0:
-            raise ValueError("dimension, hnsw_threshold and hnsw_m must be positive")
-        if not 0.0 < self.tombstone_ratio < 1.0:
-            raise ValueError("tombstone_ratio must be in (0, 1)")
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbour:
-    """One search result: a stored entry and its cosine similarity to the query."""
-
-    entry_id: str
-    similarity: float
-
-
-class ScopeIndex:
-    """The vectors of one scope: exact inner product, HNSW past `hnsw_threshold` live vectors."""
-
-    def __init__(self, config: IndexConfig) -> None:
-        self.config = config
-        self._index = self._new_flat()
-        self._hnsw = False
-        self._labels: dict[str, int] = {}
-        self._entry_ids: dict[int, str] = {}
-        self._dead: set[int] = set()  # HNSW tombstones: labels still in FAISS, no longer live
-        self._next_label = 0
-
-    @property
-    def kind(self) -> str:
-        return "hnsw" if self._hnsw else "flat"
-
-    def __len__(self) -> int:
-        return len(self._labels)
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._labels
-
-    def add(self, entry_ids: Sequence[str], vectors: Vectors) -> int:
-        """Add vectors (rows of `vectors`, unit length); ids already present are skipped. Returns added."""
-        keep = [row for row, entry_id in enumerate(entry_ids) if entry_id not in self._labels]
-        keep = list({entry_ids[row]: row for row in keep}.values())  # a batch may repeat an id
-        if not keep:
-            return 0
-        labels = np.arange(self._next_label, self._next_label + len(keep), dtype=np.int64)
-        self._next_label += len(keep)
-        for row, label in zip(keep, labels.tolist(), strict=True):
-            self._labels[entry_ids[row]] = label
-            self._entry_ids[label] = entry_ids[row]
-        self._index.add_with_ids(np.ascontiguousarray(vectors[keep], dtype=np.float32), labels)
-        if not self._hnsw and len(self._labels) >= self.config.hnsw_threshold:
-            self._rebuild(hnsw=True)
-        return len(keep)
-
-    def remove(self, entry_ids: Sequence[str]) -> int:
-        """Forget these entries; unknown ids are ignored. Returns how many were removed."""
-        labels = [self._labels.pop(entry_id) for entry_id in entry_ids if entry_id in self._labels]
-        for label in labels:
-            del self._entry_ids[label]
-        if not labels:
-            return 0
-        if self._hnsw:
-            self._dead.update(labels)
-            if len(self._dead) > self.config.tombstone_ratio * self._index.ntotal:
-                self._rebuild(hnsw=len(self._labels) >= self.config.hnsw_threshold)
-        else:
-            self._index.remove_ids(faiss.IDSelectorBatch(np.asarray(labels, dtype=np.int64)))
-        return len(labels)
-
-    def search(self, vector: Vectors, k: int) -> list[Neighbour]:
-        """The `k` nearest live entries to `vector` (shape (dimension,)), most similar first."""
-        if not self._labels or k <= 0:
-            return []
-        asked = min(k + len(self._dead), self._index.ntotal)
-        similarities, labels = self._index.search(vector.reshape(1, -1), asked)  # (1, asked) each
-        found: list[Neighbour] = []
-        for similarity, label in zip(similarities[0].tolist(), labels[0].tolist(), strict=True):
-            entry_id = self._entry_ids.get(label)
-            if entry_id is not None:  # -1 (no result) and tombstones have no entry id
-                found.append(Neighbour(entry_id, float(similarity)))
-                if len(found) == k:
-                    break
-        return found
-
-    def _new_flat(self) -> faiss.IndexIDMap2:
-        return faiss.IndexIDMap2(faiss.IndexFlatIP(self.config.dimension))
-
-    def _new_hnsw(self) -> faiss.IndexIDMap2:
-        hnsw = faiss.IndexHNSWFlat(self.config.dimension, self.config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        hnsw.hnsw.efConstruction = self.config.hnsw_ef_construction
-        hnsw.hnsw.efSearch = self.config.hnsw_ef_search
-        return faiss.IndexIDMap2(hnsw)
-
-    def _rebuild(self, *, hnsw: bool) -> None:
-        """Copy the live vectors into a fresh index (dropping tombstones). Blocks for large scopes."""
-        labels = faiss.vector_to_array(self._index.id_map).astype(np.int64)
-        live = np.asarray([label not in self._dead for label in labels.tolist()], dtype=bool)
-        vectors = self._index.index.reconstruct_n(0, self._index.ntotal)[live]  # (live, dimension)
-        self._index = self._new_hnsw() if hnsw else self._new_flat()
-        self._hnsw = hnsw
-        self._dead.clear()
-        if len(vectors):
-            self._index.add_with_ids(vectors, labels[live])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class VectorIndex:
@@ -147,9 +35,10 @@ class VectorIndex:
     def __init__(self, config: IndexConfig) -> None:
         self.config = config
         self._scopes: dict[str, ScopeIndex] = {}
+        self._due: set[str] = set()  # scopes whose last add or remove made a rebuild due
         if config.search_threads is not None:
             # Single-query searches gain nothing from OpenMP, and on a busy box its spinning threads
-            # make a 5 ms search take 30 ms.
+            # make a 5 ms search take 30 ms. The setting is per calling thread (libgomp).
             faiss.omp_set_num_threads(config.search_threads)
 
     def __len__(self) -> int:
@@ -163,17 +52,24 @@ class VectorIndex:
         scope = self._scopes.get(scope_id)
         return None if scope is None else scope.kind
 
+    def scope(self, scope_id: str) -> ScopeIndex | None:
+        return self._scopes.get(scope_id)
+
     def contains(self, scope_id: str, entry_id: str) -> bool:
         scope = self._scopes.get(scope_id)
         return scope is not None and entry_id in scope
 
-    def add(self, scope_id: str, entry_ids: Sequence[str], vectors: Vectors) -> int:
+    def add(self, scope_id: str, entry_ids: Sequence[str], vectors: Vectors, expected_size: int = 0) -> int:
+        """Add to a scope; `expected_size` sizes a scope this call creates (see `ScopeIndex`)."""
         if len(entry_ids) != len(vectors):
             raise ValueError(f"{len(entry_ids)} ids for {len(vectors)} vectors")
         scope = self._scopes.get(scope_id)
         if scope is None:
-            scope = self._scopes[scope_id] = ScopeIndex(self.config)
-        return scope.add(entry_ids, vectors)
+            scope = self._scopes[scope_id] = ScopeIndex(self.config, expected_size)
+        added = scope.add(entry_ids, vectors)
+        if scope.due:
+            self._due.add(scope_id)
+        return added
 
     def remove(self, scope_id: str, entry_ids: Sequence[str]) -> int:
         scope = self._scopes.get(scope_id)
@@ -182,7 +78,16 @@ class VectorIndex:
         removed = scope.remove(entry_ids)
         if not scope:
             del self._scopes[scope_id]
+            self._due.discard(scope_id)
+        elif scope.due:
+            self._due.add(scope_id)
         return removed
+
+    def take_due(self) -> list[ScopeIndex]:
+        """The scopes that need a rebuild now (each returned once until it is due again)."""
+        due = [scope for scope_id in self._due if (scope := self._scopes.get(scope_id)) and scope.due]
+        self._due.clear()
+        return due
 
     def search(self, scope_id: str, vector: Vectors, k: int) -> list[Neighbour]:
         scope = self._scopes.get(scope_id)
@@ -190,6 +95,35 @@ class VectorIndex:
 
     def clear(self) -> None:
         self._scopes.clear()
+        self._due.clear()
+
+
+class IndexBuilder:
+    """One worker thread, with `config.build_threads` OpenMP threads, for FAISS work off the loop.
+
+    OpenMP's thread count is per calling thread (libgomp), so this thread's setting leaves the event
+    loop's single-threaded searches alone. Jobs run one at a time, in the order they are given.
+    """
+
+    def __init__(self, config: IndexConfig) -> None:
+        self.threads = config.build_threads or os.cpu_count() or 1
+        self._pool: ThreadPoolExecutor | None = (
+            None  # started on first use, so close() can be followed by use
+        )
+
+    async def run(self, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`work(*args, **kwargs)` on the builder thread; what it touches must not be used meanwhile."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                1, "faiss-build", initializer=faiss.omp_set_num_threads, initargs=(self.threads,)
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: work(*args, **kwargs))
+
+    def close(self, *, wait: bool = True) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=True)
 
 
 @contextmanager

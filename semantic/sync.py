@@ -5,6 +5,12 @@ the change stream from where the stream stood when the rebuild began, so nothing
 rebuild is lost (replaying an add or delete twice is harmless). The follower also drops entries from
 the index as their TTL passes, and rebuilds when it finds it has missed events.
 
+The FAISS work of a rebuild runs on a builder thread in chunks of `BUILD_CHUNK` vectors, so the event
+loop keeps serving from the old index while a large scope's HNSW graph is built with every core. So
+do the rebuilds a single scope asks for as it changes (flat -> HNSW past the threshold, tombstones
+dropped; see `ScopeIndex`): one scope of a million vectors takes minutes, and blocking the loop for
+that would stall every lookup of every replica following the same stream.
+
 Knows the store, the change feed and the index; knows nothing about prompts, rules or HTTP.
 """
 
@@ -19,10 +25,13 @@ import numpy as np
 from redis.exceptions import RedisError
 
 from semantic.changes import START, Change, StreamId
-from semantic.index import IndexConfig, RebuildProgress, VectorIndex
+from semantic.index import IndexBuilder, IndexConfig, RebuildProgress, VectorIndex
+from semantic.scope_index import ScopeIndex
 from semantic.store import EntryStore
 
 log = logging.getLogger(__name__)
+
+BUILD_CHUNK = 65_536  # vectors per builder call: big enough for HNSW's parallel insert, ~100 MB at 384-d
 
 
 class IndexSync:
@@ -40,6 +49,8 @@ class IndexSync:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_error_log = 0.0
+        self._builder = IndexBuilder(config)
+        self._scope_rebuilds: set[asyncio.Task[None]] = set()
 
     @property
     def following(self) -> bool:
@@ -54,15 +65,23 @@ class IndexSync:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is None:
-            return
-        self._stopping = True
-        # A cancel can land inside redis-py's blocking XREAD, which may swallow it while it drops the
-        # connection; the flag ends the loop on its next turn, and a second cancel covers the rest.
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=self.block_ms / 1000 + 1.0)
-        self._stopping = False
+        if task is not None:
+            self._stopping = True
+            # A cancel can land inside redis-py's blocking XREAD, which may swallow it while it drops
+            # the connection; the flag ends the loop on its next turn, and a second cancel covers the rest.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=self.block_ms / 1000 + 1.0)
+            self._stopping = False
+        for rebuild in list(self._scope_rebuilds):  # the scopes keep serving from their current index
+            rebuild.cancel()
+        await asyncio.gather(*self._scope_rebuilds, return_exceptions=True)
+        self._builder.close(wait=False)  # a FAISS build cannot be interrupted: let it end on its own
+
+    async def settle(self) -> None:
+        """Wait for the scope rebuilds in flight (and any they make due) to finish."""
+        while self._scope_rebuilds:
+            await asyncio.gather(*self._scope_rebuilds, return_exceptions=True)
 
     async def rebuild(self, progress: RebuildProgress | None = None) -> int:
         """Index every stored vector afresh; `progress(done, total)` is called as batches load."""
@@ -70,26 +89,36 @@ class IndexSync:
         fresh = VectorIndex(self.config)
         expiries: list[tuple[float, str, str]] = []
         scope_ids = [scope_id async for scope_id in self.store.scope_ids()]
-        total = sum([await self.store.scope_size(scope_id) for scope_id in scope_ids])
+        sizes = [await self.store.scope_size(scope_id) for scope_id in scope_ids]
+        total = sum(sizes)
         done = 0
         if progress is not None:
             progress(done, total)
-        for scope_id in scope_ids:
+        for scope_id, size in zip(scope_ids, sizes, strict=True):
+            chunk_ids: list[str] = []
+            chunk_vectors: list[np.ndarray] = []
             async for entry_ids, vectors, expires in self.store.scope_vectors(scope_id):
                 if entry_ids:
-                    fresh.add(scope_id, entry_ids, vectors)
+                    chunk_ids += entry_ids
+                    chunk_vectors.append(vectors)
+                if len(chunk_ids) >= BUILD_CHUNK:
+                    await self._builder.run(fresh.add, scope_id, chunk_ids, np.vstack(chunk_vectors), size)
+                    chunk_ids, chunk_vectors = [], []
                 expiries += [
                     (at, scope_id, entry_id) for entry_id, at in zip(entry_ids, expires, strict=True) if at
                 ]
                 done += len(entry_ids)
                 if progress is not None:
                     progress(min(done, total), total)
+            if chunk_ids:
+                await self._builder.run(fresh.add, scope_id, chunk_ids, np.vstack(chunk_vectors), size)
         if progress is not None:
             progress(total, total)
         heapq.heapify(expiries)
         self.index, self._expiries = fresh, expiries
         self._after = tail
         self._generation += 1
+        self._start_due_rebuilds()  # a scope that grew past the threshold while we read it
         return len(fresh)
 
     def apply(self, change: Change) -> None:
@@ -100,12 +129,14 @@ class IndexSync:
                 heapq.heappush(self._expiries, (change.expires, change.scope_id, change.entry_ids[0]))
         elif change.op == "delete":
             self.index.remove(change.scope_id, list(change.entry_ids))
+        self._start_due_rebuilds()
 
     def add_local(self, scope_id: str, entry_id: str, vector: np.ndarray, expires: float | None) -> None:
         """Index an entry this process just stored, without waiting for its event to come back."""
         self.index.add(scope_id, [entry_id], vector.reshape(1, -1))
         if expires is not None:
             heapq.heappush(self._expiries, (expires, scope_id, entry_id))
+        self._start_due_rebuilds()
 
     def drop_expired(self, now: float | None = None) -> int:
         """Remove entries whose TTL has passed from the index; Redis has already dropped them."""
@@ -114,7 +145,35 @@ class IndexSync:
         while self._expiries and self._expiries[0][0] <= now:
             _, scope_id, entry_id = heapq.heappop(self._expiries)
             dropped += self.index.remove(scope_id, [entry_id])
+        self._start_due_rebuilds()
         return dropped
+
+    def _start_due_rebuilds(self) -> None:
+        for scope in self.index.take_due():
+            self._spawn_rebuild(scope)
+
+    def _spawn_rebuild(self, scope: ScopeIndex) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._rebuild_scope(scope), name="semantic-scope-rebuild"
+        )
+        self._scope_rebuilds.add(task)
+        task.add_done_callback(self._scope_rebuilds.discard)
+
+    async def _rebuild_scope(self, scope: ScopeIndex) -> None:
+        """Snapshot on the loop, build on the builder thread, swap on the loop; serve from the old meanwhile."""
+        job = scope.begin_rebuild()
+        try:
+            built = await self._builder.run(scope.build, job)
+        except asyncio.CancelledError:
+            scope.abandon_rebuild()
+            raise
+        except Exception:  # e.g. out of memory: the scope keeps its index and may be tried again later
+            scope.abandon_rebuild()
+            log.exception("rebuilding a semantic index scope of %d vectors failed", len(job.labels))
+            return
+        scope.finish_rebuild(job, built)
+        if scope.due:  # enough changed during the build to need another
+            self._spawn_rebuild(scope)
 
     async def _follow(self) -> None:
         while not self._stopping:
