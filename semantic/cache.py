@@ -210,7 +210,7 @@ class SemanticCache:
         return await purge(self.store, selector, on_deleted=self._forget)
 
     def _forget(self, scope_id: str, entry_ids: list[str]) -> None:
-        self.sync.index.remove(scope_id, entry_ids)
+        self.sync.remove_local(scope_id, entry_ids)
 
     async def _fresh_candidate(
         self, scope_id: str, neighbours: list[Neighbour], min_created: float
@@ -223,7 +223,7 @@ class SemanticCache:
             neighbour.entry_id for neighbour, entry in zip(neighbours, entries, strict=True) if entry is None
         ]
         if gone:
-            self.sync.index.remove(scope_id, gone)
+            self.sync.remove_local(scope_id, gone)
             await self.store.delete(scope_id, gone)
         for neighbour, entry in zip(neighbours, entries, strict=True):
             if entry is not None and entry.created >= min_created:

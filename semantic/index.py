@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 import faiss
 
@@ -83,9 +85,12 @@ class VectorIndex:
             self._due.add(scope_id)
         return removed
 
-    def take_due(self) -> list[ScopeIndex]:
-        """The scopes that need a rebuild now (each returned once until it is due again)."""
-        due = [scope for scope_id in self._due if (scope := self._scopes.get(scope_id)) and scope.due]
+    def take_due(self) -> list[tuple[str, ScopeIndex]]:
+        """The scopes that need a rebuild now, with their ids; the caller should `begin_rebuild` each
+        at once (a scope stays `due`, and is handed out again, until one has begun)."""
+        due = [
+            (scope_id, scope) for scope_id in self._due if (scope := self._scopes.get(scope_id)) and scope.due
+        ]
         self._due.clear()
         return due
 
@@ -99,31 +104,45 @@ class VectorIndex:
 
 
 class IndexBuilder:
-    """One worker thread, with `config.build_threads` OpenMP threads, for FAISS work off the loop.
+    """One daemon worker thread, with `config.build_threads` OpenMP threads, for FAISS work off the loop.
 
     OpenMP's thread count is per calling thread (libgomp), so this thread's setting leaves the event
-    loop's single-threaded searches alone. Jobs run one at a time, in the order they are given.
+    loop's single-threaded searches alone. Jobs run one at a time, in the order they are given. The
+    thread is a daemon: a FAISS build cannot be interrupted, and a process shutting down should not
+    wait minutes for one whose result it would throw away.
     """
 
     def __init__(self, config: IndexConfig) -> None:
-        self.threads = config.build_threads or os.cpu_count() or 1
-        self._pool: ThreadPoolExecutor | None = (
-            None  # started on first use, so close() can be followed by use
-        )
+        self.threads = config.build_threads or len(os.sched_getaffinity(0)) or 1
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]] | None] | None = None
 
     async def run(self, work: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """`work(*args, **kwargs)` on the builder thread; what it touches must not be used meanwhile."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                1, "faiss-build", initializer=faiss.omp_set_num_threads, initargs=(self.threads,)
-            )
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: work(*args, **kwargs))
+        """`work(*args, **kwargs)` on the builder thread; what it touches must not be used meanwhile.
 
-    def close(self, *, wait: bool = True) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=wait, cancel_futures=True)
+        Cancelling the caller drops a job that has not started; one that has runs to its end."""
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(self._jobs,), name="faiss-build", daemon=True).start()
+        done: Future[object] = Future()
+        self._jobs.put((lambda: work(*args, **kwargs), done))
+        return cast(R, await asyncio.wrap_future(done))
+
+    def close(self) -> None:
+        """Let the thread end after its current job; a later `run` starts a new one."""
+        jobs, self._jobs = self._jobs, None
+        if jobs is not None:
+            jobs.put(None)
+
+    def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]] | None]) -> None:
+        faiss.omp_set_num_threads(self.threads)
+        while (job := jobs.get()) is not None:
+            work, done = job
+            if not done.set_running_or_notify_cancel():
+                continue  # its caller was cancelled before it started
+            try:
+                done.set_result(work())
+            except BaseException as error:  # handed to the awaiting caller
+                done.set_exception(error)
 
 
 @contextmanager

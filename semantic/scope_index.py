@@ -17,6 +17,7 @@ keeps serving from its current index. `rebuild` runs the three in a row.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,9 @@ class ScopeIndex:
         self._live_bits = np.zeros(1024, dtype=np.uint8)  # bit `label` set while the label is live
         self._next_label = 0
         self._rebuilding = False
+        self._not_before = 0.0  # after a failed rebuild: not due again before this (monotonic)
+        self._params: faiss.SearchParameters | None = None  # rebuilt when the index or bitmap changes
+        self._selector: faiss.IDSelector | None = None
 
     @property
     def kind(self) -> str:
@@ -99,7 +103,7 @@ class ScopeIndex:
     @property
     def due(self) -> bool:
         """Whether a rebuild should run: flat past the threshold, or too many tombstones."""
-        if self._rebuilding:
+        if self._rebuilding or time.monotonic() < self._not_before:
             return False
         if not self._hnsw:
             return len(self._labels) >= self.config.hnsw_threshold
@@ -149,7 +153,10 @@ class ScopeIndex:
         """The `k` nearest live entries to `vector` (shape (dimension,)), most similar first."""
         if not self._labels or k <= 0:
             return []
-        similarities, labels = self._index.search(vector.reshape(1, -1), k, params=self._search_params())
+        params = (
+            self._search_params() if self._dead else None
+        )  # without tombstones the index's own ef applies
+        similarities, labels = self._index.search(vector.reshape(1, -1), k, params=params)
         found: list[Neighbour] = []
         for similarity, label in zip(similarities[0].tolist(), labels[0].tolist(), strict=True):
             entry_id = self._entry_ids.get(label)
@@ -163,13 +170,17 @@ class ScopeIndex:
         self.finish_rebuild(job, self.build(job))
 
     def begin_rebuild(self) -> RebuildJob:
-        """Snapshot the live vectors; until `finish_rebuild`, the scope is not `due` again."""
+        """Snapshot the live vectors (copies them: ~1 s at a million); until `finish_rebuild` or
+        `abandon_rebuild`, the scope is not `due` and cannot begin another."""
+        if self._rebuilding:
+            raise RuntimeError("a rebuild of this scope is already running")
         labels = faiss.vector_to_array(self._index.id_map).astype(np.int64)
         vectors = self._index.index.reconstruct_n(0, self._index.ntotal)  # (ntotal, dimension)
         live = self._is_live(labels)
+        if not live.all():
+            labels, vectors = labels[live], vectors[live]
         self._rebuilding = True
-        hnsw = len(self._labels) >= self.config.hnsw_threshold
-        return RebuildJob(hnsw, labels[live], vectors[live], self._next_label)
+        return RebuildJob(len(self._labels) >= self.config.hnsw_threshold, labels, vectors, self._next_label)
 
     def build(self, job: RebuildJob) -> faiss.IndexIDMap2:
         """The job's vectors in a fresh index. Reads only `job` and the config: safe on any thread."""
@@ -178,13 +189,27 @@ class ScopeIndex:
             index.add_with_ids(job.vectors, job.labels)
         return index
 
-    def finish_rebuild(self, job: RebuildJob, built: faiss.IndexIDMap2) -> None:
-        """Swap in `built`, first adding the entries that arrived since the snapshot."""
-        arrived = np.asarray([label for label in self._entry_ids if label >= job.next_label], dtype=np.int64)
-        if len(arrived):
-            built.add_with_ids(np.vstack([self._index.reconstruct(int(label)) for label in arrived]), arrived)
-        gone = job.labels[~self._is_live(job.labels)]  # removed since the snapshot: still in `built`
+    def arrivals(self, since: int) -> tuple[Labels, Vectors]:
+        """Live entries added from label `since` on (copies), for catching a built index up."""
+        labels = np.arange(since, self._next_label, dtype=np.int64)
+        labels = labels[self._is_live(labels)]
+        if not len(labels):
+            return labels, np.zeros((0, self.config.dimension), dtype=np.float32)
+        return labels, self._index.reconstruct_batch(labels)  # (len(labels), dimension)
+
+    def finish_rebuild(
+        self, job: RebuildJob, built: faiss.IndexIDMap2, caught_up: Labels | None = None
+    ) -> None:
+        """Swap in `built`, first adding the entries that arrived since the snapshot. `caught_up`:
+        arrivals the owner has already added to `built` off the loop (ascending, from `arrivals`)."""
+        caught_up = np.zeros(0, dtype=np.int64) if caught_up is None else caught_up
+        labels, vectors = self.arrivals(int(caught_up[-1]) + 1 if len(caught_up) else job.next_label)
+        if len(labels):
+            built.add_with_ids(vectors, labels)
+        in_built = np.concatenate([job.labels, caught_up])
+        gone = in_built[~self._is_live(in_built)]  # removed since they were copied: still in `built`
         self._index, self._hnsw, self._rebuilding = built, job.hnsw, False
+        self._params = None
         if job.hnsw:
             self._dead = set(gone.tolist())
         else:
@@ -192,26 +217,29 @@ class ScopeIndex:
             if len(gone):
                 built.remove_ids(faiss.IDSelectorBatch(gone))
 
-    def abandon_rebuild(self) -> None:
-        """The build failed or was cancelled: keep the current index; the scope may be due again."""
+    def abandon_rebuild(self, retry_in_s: float = 0.0) -> None:
+        """The build failed or was cancelled: keep the current index; due again after `retry_in_s`."""
         self._rebuilding = False
+        self._not_before = time.monotonic() + retry_in_s
 
     def _search_params(self) -> faiss.SearchParameters | None:
+        """HNSW search parameters, kept (with the selector they point to) as long as the bitmap is."""
         if not self._hnsw:
             return None
-        hnsw_params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not in faiss's stub
-        hnsw_params.efSearch = self.config.hnsw_ef_search  # without it FAISS would use 16, not the index's
-        if self._dead:
-            hnsw_params.sel = faiss.IDSelectorBitmap(len(self._live_bits), faiss.swig_ptr(self._live_bits))
-        params: faiss.SearchParameters = hnsw_params
-        return params
+        if self._params is None:
+            hnsw_params: Any = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not in the stub
+            hnsw_params.efSearch = self.config.hnsw_ef_search  # else FAISS would use 16, not the index's
+            self._selector = faiss.IDSelectorBitmap(len(self._live_bits), faiss.swig_ptr(self._live_bits))
+            hnsw_params.sel = self._selector
+            self._params = hnsw_params
+        return self._params
 
     def _mark_live(self, labels: Labels, *, live: bool) -> None:
         needed = int(labels.max()) // 8 + 1
         if needed > len(self._live_bits):
             grown = np.zeros(max(needed, 2 * len(self._live_bits)), dtype=np.uint8)
             grown[: len(self._live_bits)] = self._live_bits
-            self._live_bits = grown
+            self._live_bits, self._params = grown, None  # the old selector points at the old array
         bits = np.left_shift(1, labels & 7).astype(np.uint8)
         if live:
             np.bitwise_or.at(self._live_bits, labels >> 3, bits)

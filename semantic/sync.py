@@ -20,18 +20,23 @@ import asyncio
 import heapq
 import logging
 import time
+from dataclasses import replace
 
 import numpy as np
 from redis.exceptions import RedisError
 
 from semantic.changes import START, Change, StreamId
 from semantic.index import IndexBuilder, IndexConfig, RebuildProgress, VectorIndex
-from semantic.scope_index import ScopeIndex
+from semantic.scope_index import RebuildJob, ScopeIndex
 from semantic.store import EntryStore
 
 log = logging.getLogger(__name__)
 
 BUILD_CHUNK = 65_536  # vectors per builder call: big enough for HNSW's parallel insert, ~100 MB at 384-d
+CATCH_UP_ON_LOOP = (
+    256  # a rebuilt scope's arrivals added on the loop at the swap; more go to the builder first
+)
+REBUILD_RETRY_S = 60.0  # after a failed scope rebuild (e.g. out of memory), before the scope is due again
 
 
 class IndexSync:
@@ -73,10 +78,8 @@ class IndexSync:
                 task.cancel()
                 await asyncio.wait({task}, timeout=self.block_ms / 1000 + 1.0)
             self._stopping = False
-        for rebuild in list(self._scope_rebuilds):  # the scopes keep serving from their current index
-            rebuild.cancel()
-        await asyncio.gather(*self._scope_rebuilds, return_exceptions=True)
-        self._builder.close(wait=False)  # a FAISS build cannot be interrupted: let it end on its own
+        await self._cancel_scope_rebuilds()
+        self._builder.close()  # a build already running cannot be interrupted: it ends on its own
 
     async def settle(self) -> None:
         """Wait for the scope rebuilds in flight (and any they make due) to finish."""
@@ -84,7 +87,13 @@ class IndexSync:
             await asyncio.gather(*self._scope_rebuilds, return_exceptions=True)
 
     async def rebuild(self, progress: RebuildProgress | None = None) -> int:
-        """Index every stored vector afresh; `progress(done, total)` is called as batches load."""
+        """Index every stored vector afresh; `progress(done, total)` is called as batches load.
+
+        Scope rebuilds in flight are cancelled first (the index they would swap into is about to be
+        replaced), so the chunks do not queue behind them on the builder thread; one whose FAISS
+        build has already started still runs to its end there.
+        """
+        await self._cancel_scope_rebuilds()
         tail = await self.store.feed.last_id()
         fresh = VectorIndex(self.config)
         expiries: list[tuple[float, str, str]] = []
@@ -148,32 +157,63 @@ class IndexSync:
         self._start_due_rebuilds()
         return dropped
 
-    def _start_due_rebuilds(self) -> None:
-        for scope in self.index.take_due():
-            self._spawn_rebuild(scope)
+    def remove_local(self, scope_id: str, entry_ids: list[str]) -> int:
+        """Drop entries this process found gone or purged, without waiting for the stream."""
+        removed = self.index.remove(scope_id, entry_ids)
+        self._start_due_rebuilds()
+        return removed
 
-    def _spawn_rebuild(self, scope: ScopeIndex) -> None:
+    def _start_due_rebuilds(self) -> None:
+        for scope_id, scope in self.index.take_due():
+            self._spawn_rebuild(scope_id, scope)
+
+    def _spawn_rebuild(self, scope_id: str, scope: ScopeIndex) -> None:
+        job = scope.begin_rebuild()  # claims the scope now: no second rebuild can start before this task runs
         task = asyncio.get_running_loop().create_task(
-            self._rebuild_scope(scope), name="semantic-scope-rebuild"
+            self._rebuild_scope(scope_id, scope, job), name="semantic-scope-rebuild"
         )
         self._scope_rebuilds.add(task)
-        task.add_done_callback(self._scope_rebuilds.discard)
 
-    async def _rebuild_scope(self, scope: ScopeIndex) -> None:
-        """Snapshot on the loop, build on the builder thread, swap on the loop; serve from the old meanwhile."""
-        job = scope.begin_rebuild()
+        def done(task: asyncio.Task[None]) -> None:
+            self._scope_rebuilds.discard(task)
+            if task.cancelled():  # perhaps before it started: release the claim (harmless if released)
+                scope.abandon_rebuild()
+
+        task.add_done_callback(done)
+
+    async def _rebuild_scope(self, scope_id: str, scope: ScopeIndex, job: RebuildJob) -> None:
+        """Build on the builder thread, catch up there with what arrived meanwhile, swap on the loop.
+
+        The scope serves from its current index throughout; only the snapshot (before) and the last
+        few arrivals and the swap (after) run on the loop."""
         try:
             built = await self._builder.run(scope.build, job)
+            job = replace(job, vectors=job.vectors[:0])  # the snapshot's copy is no longer needed
+            caught_up: list[np.ndarray] = []  # arrivals already added to `built`, in label order
+            while True:
+                labels, vectors = scope.arrivals(int(caught_up[-1][-1]) + 1 if caught_up else job.next_label)
+                if len(labels) <= CATCH_UP_ON_LOOP:
+                    break
+                await self._builder.run(built.add_with_ids, vectors, labels)
+                caught_up.append(labels)
+            if self.index.scope(scope_id) is not scope:  # emptied, or a full rebuild replaced the index
+                scope.abandon_rebuild()
+                return
+            scope.finish_rebuild(job, built, np.concatenate(caught_up) if caught_up else None)
         except asyncio.CancelledError:
             scope.abandon_rebuild()
             raise
-        except Exception:  # e.g. out of memory: the scope keeps its index and may be tried again later
-            scope.abandon_rebuild()
-            log.exception("rebuilding a semantic index scope of %d vectors failed", len(job.labels))
+        except Exception:  # e.g. out of memory: keep serving from the current index, retry later
+            scope.abandon_rebuild(retry_in_s=REBUILD_RETRY_S)
+            log.exception("rebuilding the semantic index of a scope (%d vectors) failed", len(job.labels))
             return
-        scope.finish_rebuild(job, built)
         if scope.due:  # enough changed during the build to need another
-            self._spawn_rebuild(scope)
+            self._spawn_rebuild(scope_id, scope)
+
+    async def _cancel_scope_rebuilds(self) -> None:
+        for rebuild in list(self._scope_rebuilds):  # their scopes keep serving from their current index
+            rebuild.cancel()
+        await asyncio.gather(*self._scope_rebuilds, return_exceptions=True)
 
     async def _follow(self) -> None:
         while not self._stopping:

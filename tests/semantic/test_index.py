@@ -134,10 +134,15 @@ def test_the_vector_index_hands_out_due_scopes_once() -> None:
     index.add("small", ids(3), vectors[:3])
     index.add("large", ids(12), vectors)
     due = index.take_due()
-    assert len(due) == 1 and due[0] is index.scope("large")
+    assert len(due) == 1 and due[0] == ("large", index.scope("large"))
     assert index.take_due() == []
-    due[0].rebuild()
-    assert index.scope_kind("large") == "hnsw"
+    job = due[0][1].begin_rebuild()
+    index.add("large", ["late"], vectors[:1])  # a change while it rebuilds does not hand it out again
+    assert index.take_due() == []
+    with pytest.raises(RuntimeError):
+        due[0][1].begin_rebuild()
+    due[0][1].finish_rebuild(job, due[0][1].build(job))
+    assert index.scope_kind("large") == "hnsw" and index.contains("large", "late")
 
 
 def test_scopes_never_see_each_other() -> None:
@@ -175,3 +180,33 @@ async def test_the_builder_runs_work_on_its_own_thread_with_its_own_openmp_threa
         assert faiss.omp_get_max_threads() == 1
     finally:
         builder.close()
+
+
+def test_compacting_below_the_threshold_goes_flat_and_keeps_changes_made_meanwhile() -> None:
+    index = ScopeIndex(IndexConfig(DIMENSION, hnsw_threshold=100, tombstone_ratio=0.2), expected_size=120)
+    vectors = unit_vectors(130)
+    index.add(ids(120), vectors[:120])
+    index.remove(ids(40))  # 80 live: the rebuild drops to exact search
+    job = index.begin_rebuild()
+    index.add(ids(10, start=120), vectors[120:])
+    index.remove(["e50", "e121"])
+    index.finish_rebuild(job, index.build(job))
+    assert index.kind == "flat" and index.tombstones == 0 and len(index) == 88
+    found = {neighbour.entry_id for neighbour in index.search(vectors[0], 200)}  # exact: every live entry
+    assert found == set(ids(90, start=40)) - {"e50", "e121"}
+
+
+def test_an_entry_caught_up_off_the_loop_then_removed_is_a_tombstone() -> None:
+    index = ScopeIndex(IndexConfig(DIMENSION, hnsw_threshold=100))
+    vectors = unit_vectors(130)
+    index.add(ids(110), vectors[:110])
+    job = index.begin_rebuild()
+    built = index.build(job)
+    index.add(ids(20, start=110), vectors[110:])
+    caught_up, arrived = index.arrivals(job.next_label)  # what the owner adds on the builder thread
+    built.add_with_ids(arrived, caught_up)
+    index.remove(["e115"])
+    index.finish_rebuild(job, built, caught_up)
+    assert index.kind == "hnsw" and index.tombstones == 1 and len(index) == 129
+    assert "e115" not in {neighbour.entry_id for neighbour in index.search(vectors[115], 5)}
+    assert len(index.search(vectors[115], 5)) == 5

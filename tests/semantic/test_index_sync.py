@@ -4,11 +4,14 @@ the threshold or fills with tombstones is rebuilt in the background while lookup
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 
+from semantic import sync as sync_module
 from semantic.index import IndexConfig
+from semantic.scope_index import RebuildJob, ScopeIndex
 from semantic.store import RedisEntryStore
 from semantic.sync import IndexSync
 from tests.semantic.builders import make_scope
@@ -68,5 +71,121 @@ async def test_growing_and_purged_scopes_are_rebuilt_in_the_background(store: Re
         assert scope.tombstones < 20 and scope.kind == "hnsw"  # 20 of 80 dead > 20 %: rebuilt
         assert sync.index.search(scope_id, vectors[25], 1)[0].entry_id == entry_ids[25]
         assert not {n.entry_id for n in sync.index.search(scope_id, vectors[5], 10)} & set(entry_ids[:20])
+    finally:
+        await sync.stop()
+
+
+async def test_a_scope_crossing_the_threshold_is_rebuilt_once(store: RedisEntryStore) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(80)
+    try:
+        await sync.start()
+        for row in range(80):  # every add past the 50th finds the scope due until a rebuild claims it
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        assert len(sync._scope_rebuilds) == 1
+        await sync.settle()
+        assert sync.index.scope_kind("scope") == "hnsw" and sync.index.scope_size("scope") == 80
+    finally:
+        await sync.stop()
+
+
+async def test_a_failed_build_keeps_the_scope_serving_and_is_retried_later(
+    store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(60)
+
+    def out_of_memory(self: ScopeIndex, job: object) -> None:
+        raise MemoryError("no room for the new graph")
+
+    try:
+        await sync.start()
+        with monkeypatch.context() as patch:
+            patch.setattr(ScopeIndex, "build", out_of_memory)
+            for row in range(60):
+                sync.add_local("scope", f"e{row}", vectors[row], None)
+            await sync.settle()
+        assert "rebuilding the semantic index of a scope" in caplog.text
+        scope = sync.index.scope("scope")
+        assert scope is not None and scope.kind == "flat" and not scope.due  # backing off
+        assert sync.index.search("scope", vectors[59], 1)[0].entry_id == "e59"
+        scope.abandon_rebuild(retry_in_s=0.0)  # as if the back-off had passed
+        sync.add_local("scope", "e60", unit_vectors(61)[60], None)
+        await sync.settle()
+        assert scope.kind == "hnsw"
+    finally:
+        await sync.stop()
+
+
+async def test_a_scope_emptied_or_replaced_during_its_rebuild_is_left_alone(store: RedisEntryStore) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(60)
+    try:
+        await sync.start()
+        for row in range(60):
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        emptied = sync.index.scope("scope")
+        sync.remove_local("scope", [f"e{row}" for row in range(60)])  # before the build finishes
+        await sync.settle()
+        assert emptied is not None and emptied.kind == "flat" and sync.index.scope("scope") is None
+
+        for row in range(60):
+            sync.add_local("again", f"a{row}", vectors[row], None)
+        assert sync._scope_rebuilds
+        assert await sync.rebuild() == 0  # the store holds none of these: the full rebuild wins
+        await sync.settle()
+        assert sync.index.scope("again") is None and not sync._scope_rebuilds
+    finally:
+        await sync.stop()
+
+
+async def test_stop_during_a_rebuild_returns_and_the_scope_still_serves(
+    store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(60)
+    build = ScopeIndex.build
+
+    def slow_build(self: ScopeIndex, job: RebuildJob) -> object:
+        time.sleep(0.5)  # a large scope's build, still running when stop() comes
+        return build(self, job)
+
+    monkeypatch.setattr(ScopeIndex, "build", slow_build)
+    await sync.start()
+    for row in range(60):
+        sync.add_local("scope", f"e{row}", vectors[row], None)
+    await asyncio.sleep(0.1)  # the build has started on the builder thread
+    await sync.stop()
+    assert not sync._scope_rebuilds
+    scope = sync.index.scope("scope")
+    assert scope is not None and scope.due  # cancelled before its swap: due again, still searchable
+    assert sync.index.search("scope", vectors[3], 1)[0].entry_id == "e3"
+
+
+async def test_many_arrivals_during_a_build_are_caught_up_before_the_swap(
+    store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sync_module, "CATCH_UP_ON_LOOP", 5)  # more than 5 arrivals go to the builder first
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(100)
+    build = ScopeIndex.build
+
+    def slow_build(self: ScopeIndex, job: RebuildJob) -> object:
+        time.sleep(0.3)
+        return build(self, job)
+
+    monkeypatch.setattr(ScopeIndex, "build", slow_build)
+    try:
+        await sync.start()
+        for row in range(50):
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        await asyncio.sleep(0.05)  # building from a snapshot of 50
+        for row in range(50, 100):
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        await sync.settle()
+        scope = sync.index.scope("scope")
+        assert scope is not None and scope.kind == "hnsw" and len(scope) == 100
+        for row in (0, 49, 50, 99):
+            assert sync.index.search("scope", vectors[row], 1)[0].entry_id == f"e{row}"
     finally:
         await sync.stop()
