@@ -143,6 +143,7 @@ class IndexBuilder:
                 done.set_result(work())
             except BaseException as error:  # handed to the awaiting caller
                 done.set_exception(error)
+            del job, work, done  # a finished job's arguments (a scope's snapshot) must not outlive it
 
 
 @contextmanager

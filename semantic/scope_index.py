@@ -2,13 +2,14 @@
 
 Knows vectors, entry ids and int64 labels; knows nothing about Redis, prompts, answers or threads.
 A scope is searched exactly (inner product over unit vectors == cosine, `IndexFlatIP` in an
-`IndexIDMap2`) until it holds `hnsw_threshold` vectors; past that it should become HNSW. HNSW
-cannot remove ids, so removals there are tombstones: a bitmap of live labels is passed to FAISS as
-an `IDSelector`, so dead vectors are skipped inside the search rather than over-fetched and
-filtered, and the scope should be rebuilt once `tombstone_ratio` of it is dead.
+`IndexIDMap2`) until it holds `hnsw_threshold` vectors; past that it should become HNSW (and go
+back to exact search only when a rebuild finds it under half the threshold). HNSW cannot remove
+ids, so removals there are tombstones: a bitmap of live labels is passed to FAISS as an
+`IDSelector`, so dead vectors are skipped inside the search rather than over-fetched and filtered,
+and the scope should be rebuilt once `tombstone_ratio` of it is dead.
 
 Both rebuilds (flat -> HNSW, and dropping tombstones) copy every vector, which takes minutes at a
-million, so the scope only says it is `due` one; the owner runs it in three steps:
+million, so the scope only says a rebuild is `due`; the owner runs it in three steps:
 `begin_rebuild` (snapshot the live vectors, on the owner's thread), `build` (make the new FAISS
 index from the snapshot: touches nothing else, so any thread may run it), `finish_rebuild` (add
 what arrived meanwhile, carry over what was removed meanwhile, swap). Between the steps the scope
@@ -180,7 +181,10 @@ class ScopeIndex:
         if not live.all():
             labels, vectors = labels[live], vectors[live]
         self._rebuilding = True
-        return RebuildJob(len(self._labels) >= self.config.hnsw_threshold, labels, vectors, self._next_label)
+        # Hysteresis: an HNSW scope goes back to exact search only below half the threshold, so a scope
+        # hovering around it (purges, then growth) is not copied back and forth.
+        hnsw_floor = self.config.hnsw_threshold // 2 if self._hnsw else self.config.hnsw_threshold
+        return RebuildJob(len(self._labels) >= hnsw_floor, labels, vectors, self._next_label)
 
     def build(self, job: RebuildJob) -> faiss.IndexIDMap2:
         """The job's vectors in a fresh index. Reads only `job` and the config: safe on any thread."""

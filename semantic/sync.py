@@ -188,7 +188,9 @@ class IndexSync:
         few arrivals and the swap (after) run on the loop."""
         try:
             built = await self._builder.run(scope.build, job)
-            job = replace(job, vectors=job.vectors[:0])  # the snapshot's copy is no longer needed
+            job = replace(
+                job, vectors=np.zeros((0, self.config.dimension), dtype=np.float32)
+            )  # free the copy
             caught_up: list[np.ndarray] = []  # arrivals already added to `built`, in label order
             while True:
                 labels, vectors = scope.arrivals(int(caught_up[-1][-1]) + 1 if caught_up else job.next_label)

@@ -182,18 +182,21 @@ async def test_the_builder_runs_work_on_its_own_thread_with_its_own_openmp_threa
         builder.close()
 
 
-def test_compacting_below_the_threshold_goes_flat_and_keeps_changes_made_meanwhile() -> None:
+def test_compacting_below_half_the_threshold_goes_flat_and_keeps_changes_made_meanwhile() -> None:
     index = ScopeIndex(IndexConfig(DIMENSION, hnsw_threshold=100, tombstone_ratio=0.2), expected_size=120)
     vectors = unit_vectors(130)
     index.add(ids(120), vectors[:120])
-    index.remove(ids(40))  # 80 live: the rebuild drops to exact search
+    index.remove(ids(40))  # 80 live: under the threshold, but not under half of it
+    index.rebuild()
+    assert index.kind == "hnsw" and index.tombstones == 0  # no copying back and forth near the threshold
+    index.remove(ids(40, start=40))  # 40 live: exact search again
     job = index.begin_rebuild()
     index.add(ids(10, start=120), vectors[120:])
-    index.remove(["e50", "e121"])
+    index.remove(["e90", "e121"])
     index.finish_rebuild(job, index.build(job))
-    assert index.kind == "flat" and index.tombstones == 0 and len(index) == 88
+    assert index.kind == "flat" and index.tombstones == 0 and len(index) == 48
     found = {neighbour.entry_id for neighbour in index.search(vectors[0], 200)}  # exact: every live entry
-    assert found == set(ids(90, start=40)) - {"e50", "e121"}
+    assert found == set(ids(50, start=80)) - {"e90", "e121"}
 
 
 def test_an_entry_caught_up_off_the_loop_then_removed_is_a_tombstone() -> None:

@@ -4,7 +4,9 @@ the threshold or fills with tombstones is rebuilt in the background while lookup
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -187,5 +189,30 @@ async def test_many_arrivals_during_a_build_are_caught_up_before_the_swap(
         assert scope is not None and scope.kind == "hnsw" and len(scope) == 100
         for row in (0, 49, 50, 99):
             assert sync.index.search("scope", vectors[row], 1)[0].entry_id == f"e{row}"
+    finally:
+        await sync.stop()
+
+
+async def test_the_snapshot_is_freed_once_built(
+    store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(60)
+    snapshots: list[weakref.ref[np.ndarray]] = []
+    begin = ScopeIndex.begin_rebuild
+
+    def recording_begin(self: ScopeIndex) -> RebuildJob:
+        job = begin(self)
+        snapshots.append(weakref.ref(job.vectors))
+        return job
+
+    monkeypatch.setattr(ScopeIndex, "begin_rebuild", recording_begin)
+    try:
+        await sync.start()
+        for row in range(60):
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        await sync.settle()
+        gc.collect()
+        assert len(snapshots) == 1 and snapshots[0]() is None  # at a million vectors, 1.5 GB
     finally:
         await sync.stop()
