@@ -168,7 +168,14 @@ class IndexSync:
             self._spawn_rebuild(scope_id, scope)
 
     def _spawn_rebuild(self, scope_id: str, scope: ScopeIndex) -> None:
-        job = scope.begin_rebuild()  # claims the scope now: no second rebuild can start before this task runs
+        try:
+            job = (
+                scope.begin_rebuild()
+            )  # claims the scope now: no second rebuild can start before this task runs
+        except Exception:  # e.g. no memory for the snapshot: the caller's add or remove still stands
+            scope.abandon_rebuild(retry_in_s=REBUILD_RETRY_S)
+            log.exception("snapshotting a semantic index scope (%d vectors) for a rebuild failed", len(scope))
+            return
         task = asyncio.get_running_loop().create_task(
             self._rebuild_scope(scope_id, scope, job), name="semantic-scope-rebuild"
         )

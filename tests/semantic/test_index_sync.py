@@ -216,3 +216,23 @@ async def test_the_snapshot_is_freed_once_built(
         assert len(snapshots) == 1 and snapshots[0]() is None  # at a million vectors, 1.5 GB
     finally:
         await sync.stop()
+
+
+async def test_a_failed_snapshot_does_not_fail_the_insert_that_made_the_scope_due(
+    store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
+    vectors = unit_vectors(60)
+
+    def no_memory(self: ScopeIndex) -> RebuildJob:
+        raise MemoryError("no room for the snapshot")
+
+    monkeypatch.setattr(ScopeIndex, "begin_rebuild", no_memory)
+    try:
+        await sync.start()
+        for row in range(60):
+            sync.add_local("scope", f"e{row}", vectors[row], None)
+        assert sync.index.scope_size("scope") == 60 and not sync._scope_rebuilds
+        assert caplog.text.count("snapshotting a semantic index scope") == 1  # then it backs off
+    finally:
+        await sync.stop()
