@@ -87,6 +87,8 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             )
             with rich_progress("rebuilding the semantic index from the store") as progress:
                 indexed = await cache.start(progress)
+            sync = cache.sync
+            app.state.metrics.watch_index(lambda: len(sync.index), lambda: sync.rebuilds_running)
             logger.info("semantic index rebuilt from the store: %d vectors", indexed)
             app.state.store = store
             app.state.embedder = embedder

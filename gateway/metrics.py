@@ -7,6 +7,8 @@ values. No prompt text, key or entry id is ever a label.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -73,9 +75,24 @@ class GatewayMetrics:
             ["tenant"],
             registry=self.registry,
         )
+        self.index_vectors = Gauge(
+            "kvgate_semantic_index_vectors",
+            "Vectors in this process's semantic index (every scope), read at scrape time.",
+            registry=self.registry,
+        )
+        self.index_rebuilds_running = Gauge(
+            "kvgate_semantic_index_rebuilds_running",
+            "Scope rebuilds (flat to HNSW, dropping tombstones) running in the background now.",
+            registry=self.registry,
+        )
         self.breaker_state = Gauge(
             "kvgate_breaker_state",
             "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
             ["breaker"],
             registry=self.registry,
         )
+
+    def watch_index(self, vectors: Callable[[], int], rebuilds_running: Callable[[], int]) -> None:
+        """Read the semantic index's size and background rebuilds at each scrape."""
+        self.index_vectors.set_function(vectors)
+        self.index_rebuilds_running.set_function(rebuilds_running)

@@ -58,6 +58,11 @@ class IndexSync:
         self._scope_rebuilds: set[asyncio.Task[None]] = set()
 
     @property
+    def rebuilds_running(self) -> int:
+        """Scope rebuilds in the background now (for metrics)."""
+        return len(self._scope_rebuilds)
+
+    @property
     def following(self) -> bool:
         return self._task is not None and not self._task.done()
 

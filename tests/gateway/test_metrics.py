@@ -47,6 +47,19 @@ def test_known_mix_is_counted_exactly(client: TestClient) -> None:
     assert overall["hit_rate"] == 0.5
 
 
+def test_the_semantic_index_is_reported_at_scrape_time(client: TestClient) -> None:
+    def gauge(name: str) -> float:
+        found = re.search(rf"^{name} (\S+)$", client.get("/metrics").text, re.MULTILINE)
+        assert found is not None, name
+        return float(found.group(1))
+
+    before = gauge("kvgate_semantic_index_vectors")
+    for content in ("What is the tallest mountain in Africa?", "How many moons does Mars have?"):
+        assert client.post(ROUTE, json=chat(content), headers=auth()).status_code == 200
+    assert gauge("kvgate_semantic_index_vectors") == before + 2
+    assert gauge("kvgate_semantic_index_rebuilds_running") == 0.0
+
+
 def test_readyz(client: TestClient) -> None:
     body = client.get("/readyz").json()
     assert body["status"] == "ready" and body["store"] == "up"
