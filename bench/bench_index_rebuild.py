@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if lag > GOAL_LAG_MS:
             failed.append(name)
     if failed:
-        raise SystemExit(f"a background rebuild held the loop for more than {GOAL_LAG_MS:.0f} ms: {failed}")
+        raise RuntimeError(f"a background rebuild held the loop for more than {GOAL_LAG_MS:.0f} ms: {failed}")
     return 0
 
 
