@@ -154,9 +154,8 @@ class ScopeIndex:
         """The `k` nearest live entries to `vector` (shape (dimension,)), most similar first."""
         if not self._labels or k <= 0:
             return []
-        params = (
-            self._search_params() if self._dead else None
-        )  # without tombstones the index's own ef applies
+        # Without tombstones nothing needs filtering, and the index's own efSearch applies.
+        params = self._search_params() if self._dead else None
         similarities, labels = self._index.search(vector.reshape(1, -1), k, params=params)
         found: list[Neighbour] = []
         for similarity, label in zip(similarities[0].tolist(), labels[0].tolist(), strict=True):

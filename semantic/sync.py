@@ -174,9 +174,8 @@ class IndexSync:
 
     def _spawn_rebuild(self, scope_id: str, scope: ScopeIndex) -> None:
         try:
-            job = (
-                scope.begin_rebuild()
-            )  # claims the scope now: no second rebuild can start before this task runs
+            # Claims the scope now: no second rebuild can start before this task runs.
+            job = scope.begin_rebuild()
         except Exception:  # e.g. no memory for the snapshot: the caller's add or remove still stands
             scope.abandon_rebuild(retry_in_s=REBUILD_RETRY_S)
             log.exception("snapshotting a semantic index scope (%d vectors) for a rebuild failed", len(scope))
@@ -200,9 +199,8 @@ class IndexSync:
         few arrivals and the swap (after) run on the loop."""
         try:
             built = await self._builder.run(scope.build, job)
-            job = replace(
-                job, vectors=np.zeros((0, self.config.dimension), dtype=np.float32)
-            )  # free the copy
+            # The snapshot's copy of the vectors is no longer needed: 1.5 GB at a million.
+            job = replace(job, vectors=np.zeros((0, self.config.dimension), dtype=np.float32))
             caught_up: list[np.ndarray] = []  # arrivals already added to `built`, in label order
             while True:
                 labels, vectors = scope.arrivals(int(caught_up[-1][-1]) + 1 if caught_up else job.next_label)

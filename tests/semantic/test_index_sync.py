@@ -36,6 +36,23 @@ async def fill(store: RedisEntryStore, vectors: np.ndarray) -> tuple[str, list[s
     return make_scope().scope_id, entry_ids
 
 
+def index_one_by_one(sync: IndexSync, vectors: np.ndarray, rows: range, scope_id: str = "scope") -> None:
+    """Index `vectors[row]` as entry `e{row}` for each row, one at a time, as the cache does after each put."""
+    for row in rows:
+        sync.add_local(scope_id, f"e{row}", vectors[row], None)
+
+
+def slow_builds(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make every scope build take `seconds` longer, as a large scope's would."""
+    build = ScopeIndex.build
+
+    def slow_build(self: ScopeIndex, job: RebuildJob) -> object:
+        time.sleep(seconds)
+        return build(self, job)
+
+    monkeypatch.setattr(ScopeIndex, "build", slow_build)
+
+
 async def test_a_start_up_rebuild_builds_a_large_scope_as_hnsw(store: RedisEntryStore) -> None:
     vectors = unit_vectors(60)
     scope_id, entry_ids = await fill(store, vectors)
@@ -82,8 +99,9 @@ async def test_a_scope_crossing_the_threshold_is_rebuilt_once(store: RedisEntryS
     vectors = unit_vectors(80)
     try:
         await sync.start()
-        for row in range(80):  # every add past the 50th finds the scope due until a rebuild claims it
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(
+            sync, vectors, range(80)
+        )  # every add past the 50th finds the scope due until a rebuild claims it
         assert len(sync._scope_rebuilds) == 1
         await sync.settle()
         assert sync.index.scope_kind("scope") == "hnsw" and sync.index.scope_size("scope") == 80
@@ -104,8 +122,7 @@ async def test_a_failed_build_keeps_the_scope_serving_and_is_retried_later(
         await sync.start()
         with monkeypatch.context() as patch:
             patch.setattr(ScopeIndex, "build", out_of_memory)
-            for row in range(60):
-                sync.add_local("scope", f"e{row}", vectors[row], None)
+            index_one_by_one(sync, vectors, range(60))
             await sync.settle()
         assert "rebuilding the semantic index of a scope" in caplog.text
         scope = sync.index.scope("scope")
@@ -124,15 +141,13 @@ async def test_a_scope_emptied_or_replaced_during_its_rebuild_is_left_alone(stor
     vectors = unit_vectors(60)
     try:
         await sync.start()
-        for row in range(60):
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(60))
         emptied = sync.index.scope("scope")
         sync.remove_local("scope", [f"e{row}" for row in range(60)])  # before the build finishes
         await sync.settle()
         assert emptied is not None and emptied.kind == "flat" and sync.index.scope("scope") is None
 
-        for row in range(60):
-            sync.add_local("again", f"a{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(60), scope_id="again")
         assert sync._scope_rebuilds
         assert await sync.rebuild() == 0  # the store holds none of these: the full rebuild wins
         await sync.settle()
@@ -146,16 +161,9 @@ async def test_stop_during_a_rebuild_returns_and_the_scope_still_serves(
 ) -> None:
     sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(60)
-    build = ScopeIndex.build
-
-    def slow_build(self: ScopeIndex, job: RebuildJob) -> object:
-        time.sleep(0.5)  # a large scope's build, still running when stop() comes
-        return build(self, job)
-
-    monkeypatch.setattr(ScopeIndex, "build", slow_build)
+    slow_builds(monkeypatch, 0.5)  # still running when stop() comes
     await sync.start()
-    for row in range(60):
-        sync.add_local("scope", f"e{row}", vectors[row], None)
+    index_one_by_one(sync, vectors, range(60))
     await asyncio.sleep(0.1)  # the build has started on the builder thread
     await sync.stop()
     assert not sync._scope_rebuilds
@@ -170,20 +178,12 @@ async def test_many_arrivals_during_a_build_are_caught_up_before_the_swap(
     monkeypatch.setattr(sync_module, "CATCH_UP_ON_LOOP", 5)  # more than 5 arrivals go to the builder first
     sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(100)
-    build = ScopeIndex.build
-
-    def slow_build(self: ScopeIndex, job: RebuildJob) -> object:
-        time.sleep(0.3)
-        return build(self, job)
-
-    monkeypatch.setattr(ScopeIndex, "build", slow_build)
+    slow_builds(monkeypatch, 0.3)
     try:
         await sync.start()
-        for row in range(50):
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(50))
         await asyncio.sleep(0.05)  # building from a snapshot of 50
-        for row in range(50, 100):
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(50, 100))
         await sync.settle()
         scope = sync.index.scope("scope")
         assert scope is not None and scope.kind == "hnsw" and len(scope) == 100
@@ -209,8 +209,7 @@ async def test_the_snapshot_is_freed_once_built(
     monkeypatch.setattr(ScopeIndex, "begin_rebuild", recording_begin)
     try:
         await sync.start()
-        for row in range(60):
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(60))
         await sync.settle()
         gc.collect()
         assert len(snapshots) == 1 and snapshots[0]() is None  # at a million vectors, 1.5 GB
@@ -230,8 +229,7 @@ async def test_a_failed_snapshot_does_not_fail_the_insert_that_made_the_scope_du
     monkeypatch.setattr(ScopeIndex, "begin_rebuild", no_memory)
     try:
         await sync.start()
-        for row in range(60):
-            sync.add_local("scope", f"e{row}", vectors[row], None)
+        index_one_by_one(sync, vectors, range(60))
         assert sync.index.scope_size("scope") == 60 and not sync._scope_rebuilds
         assert caplog.text.count("snapshotting a semantic index scope") == 1  # then it backs off
     finally:
