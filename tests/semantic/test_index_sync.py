@@ -7,6 +7,9 @@ import asyncio
 import gc
 import time
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +37,17 @@ async def fill(store: RedisEntryStore, vectors: np.ndarray) -> tuple[str, list[s
         entry_id, _ = await store.put(make_scope(f"question {row}"), "{}", vector, None)
         entry_ids.append(entry_id)
     return make_scope().scope_id, entry_ids
+
+
+@asynccontextmanager
+async def started(store: RedisEntryStore, **config: Any) -> AsyncIterator[IndexSync]:
+    """An `IndexSync` over `store`, started (rebuilt, following the stream) and stopped after."""
+    sync = IndexSync(store, IndexConfig(DIMENSION, **config))
+    await sync.start()
+    try:
+        yield sync
+    finally:
+        await sync.stop()
 
 
 def index_one_by_one(sync: IndexSync, vectors: np.ndarray, rows: range, scope_id: str = "scope") -> None:
@@ -68,9 +82,7 @@ async def test_a_start_up_rebuild_builds_a_large_scope_as_hnsw(store: RedisEntry
 async def test_growing_and_purged_scopes_are_rebuilt_in_the_background(store: RedisEntryStore) -> None:
     vectors = unit_vectors(80)
     scope_id, entry_ids = await fill(store, vectors[:30])
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50, tombstone_ratio=0.2))
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50, tombstone_ratio=0.2) as sync:
         assert sync.index.scope_kind(scope_id) == "flat"
         for row in range(30, 80):  # as the cache does after each store.put
             sync.add_local(scope_id, f"local-{row}", vectors[row], None)
@@ -90,36 +102,27 @@ async def test_growing_and_purged_scopes_are_rebuilt_in_the_background(store: Re
         assert scope.tombstones < 20 and scope.kind == "hnsw"  # 20 of 80 dead > 20 %: rebuilt
         assert sync.index.search(scope_id, vectors[25], 1)[0].entry_id == entry_ids[25]
         assert not {n.entry_id for n in sync.index.search(scope_id, vectors[5], 10)} & set(entry_ids[:20])
-    finally:
-        await sync.stop()
 
 
 async def test_a_scope_crossing_the_threshold_is_rebuilt_once(store: RedisEntryStore) -> None:
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(80)
-    try:
-        await sync.start()
-        index_one_by_one(
-            sync, vectors, range(80)
-        )  # every add past the 50th finds the scope due until a rebuild claims it
+    async with started(store, hnsw_threshold=50) as sync:
+        # every add past the 50th finds the scope due until a rebuild claims it
+        index_one_by_one(sync, vectors, range(80))
         assert len(sync._scope_rebuilds) == 1
         await sync.settle()
         assert sync.index.scope_kind("scope") == "hnsw" and sync.index.scope_size("scope") == 80
-    finally:
-        await sync.stop()
 
 
 async def test_a_failed_build_keeps_the_scope_serving_and_is_retried_later(
     store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(60)
 
     def out_of_memory(self: ScopeIndex, job: object) -> None:
         raise MemoryError("no room for the new graph")
 
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50) as sync:
         with monkeypatch.context() as patch:
             patch.setattr(ScopeIndex, "build", out_of_memory)
             index_one_by_one(sync, vectors, range(60))
@@ -132,15 +135,11 @@ async def test_a_failed_build_keeps_the_scope_serving_and_is_retried_later(
         sync.add_local("scope", "e60", unit_vectors(61)[60], None)
         await sync.settle()
         assert scope.kind == "hnsw"
-    finally:
-        await sync.stop()
 
 
 async def test_a_scope_emptied_or_replaced_during_its_rebuild_is_left_alone(store: RedisEntryStore) -> None:
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(60)
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50) as sync:
         index_one_by_one(sync, vectors, range(60))
         emptied = sync.index.scope("scope")
         sync.remove_local("scope", [f"e{row}" for row in range(60)])  # before the build finishes
@@ -152,8 +151,6 @@ async def test_a_scope_emptied_or_replaced_during_its_rebuild_is_left_alone(stor
         assert await sync.rebuild() == 0  # the store holds none of these: the full rebuild wins
         await sync.settle()
         assert sync.index.scope("again") is None and not sync._scope_rebuilds
-    finally:
-        await sync.stop()
 
 
 async def test_stop_during_a_rebuild_returns_and_the_scope_still_serves(
@@ -176,11 +173,9 @@ async def test_many_arrivals_during_a_build_are_caught_up_before_the_swap(
     store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sync_module, "CATCH_UP_ON_LOOP", 5)  # more than 5 arrivals go to the builder first
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(100)
     slow_builds(monkeypatch, 0.3)
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50) as sync:
         index_one_by_one(sync, vectors, range(50))
         await asyncio.sleep(0.05)  # building from a snapshot of 50
         index_one_by_one(sync, vectors, range(50, 100))
@@ -189,14 +184,11 @@ async def test_many_arrivals_during_a_build_are_caught_up_before_the_swap(
         assert scope is not None and scope.kind == "hnsw" and len(scope) == 100
         for row in (0, 49, 50, 99):
             assert sync.index.search("scope", vectors[row], 1)[0].entry_id == f"e{row}"
-    finally:
-        await sync.stop()
 
 
 async def test_the_snapshot_is_freed_once_built(
     store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(60)
     snapshots: list[weakref.ref[np.ndarray]] = []
     begin = ScopeIndex.begin_rebuild
@@ -207,30 +199,23 @@ async def test_the_snapshot_is_freed_once_built(
         return job
 
     monkeypatch.setattr(ScopeIndex, "begin_rebuild", recording_begin)
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50) as sync:
         index_one_by_one(sync, vectors, range(60))
         await sync.settle()
         gc.collect()
         assert len(snapshots) == 1 and snapshots[0]() is None  # at a million vectors, 1.5 GB
-    finally:
-        await sync.stop()
 
 
 async def test_a_failed_snapshot_does_not_fail_the_insert_that_made_the_scope_due(
     store: RedisEntryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sync = IndexSync(store, IndexConfig(DIMENSION, hnsw_threshold=50))
     vectors = unit_vectors(60)
 
     def no_memory(self: ScopeIndex) -> RebuildJob:
         raise MemoryError("no room for the snapshot")
 
     monkeypatch.setattr(ScopeIndex, "begin_rebuild", no_memory)
-    try:
-        await sync.start()
+    async with started(store, hnsw_threshold=50) as sync:
         index_one_by_one(sync, vectors, range(60))
         assert sync.index.scope_size("scope") == 60 and not sync._scope_rebuilds
         assert caplog.text.count("snapshotting a semantic index scope") == 1  # then it backs off
-    finally:
-        await sync.stop()
