@@ -162,12 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--target", type=float, default=0.2, help="the semantic rule's false-hit target")
     args = parser.parse_args(argv)
-    # Short answers (max_tokens) end with "length": store them so repeats can hit. A loose semantic target
-    # so that the paraphrases hit (the verifier then runs on every semantic lookup, as it would in use).
+    # Short answers (max_tokens) end with "length"; they are stored by default, so repeats hit. A loose
+    # semantic target so that the paraphrases hit (the verifier then runs on every semantic lookup).
     settings = Settings(
         data_dir=Path(tempfile.mkdtemp(prefix="kvgate-bench-")),
         max_pending=256,
-        store_truncated=True,
         target_false_hit_rate=args.target,
     )
     with serve(create_app(settings)) as base_url:

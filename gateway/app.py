@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             logger.warning("no API keys configured: kvgate is open to anyone as the single tenant 'default'")
         torch.set_num_threads(settings.torch_threads)
         store = await asyncio.to_thread(StoreRuntime.open, settings)
+        store.start_watching()
         breakers: dict[str, CircuitBreaker] = app.state.breakers
         upstream_backend = partial(default_backend, upstream_breaker=breakers["upstream"])
         backend = await asyncio.to_thread(backend_factory or upstream_backend, settings)
@@ -74,6 +75,9 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             breaker=breakers["store"],
         )
         cache: SemanticCache | None = None
+        start_backend = getattr(backend, "start", None)  # reverse-proxy mode learns the upstream's models
+        if start_backend is not None:
+            await start_backend()
         register_metrics = getattr(backend, "register_metrics", None)
         if register_metrics is not None:
             register_metrics(app.state.metrics.registry)
@@ -151,6 +155,7 @@ def default_backend(settings: Settings, upstream_breaker: CircuitBreaker | None 
             breaker=upstream_breaker,
             connect_retries=settings.upstream_connect_retries,
             connect_timeout_s=settings.upstream_connect_timeout_s,
+            models_refresh_s=settings.upstream_models_refresh_s,
         )
     from gateway.engine_backend import EngineBackend  # torch and the model load only in this mode
 

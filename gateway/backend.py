@@ -53,6 +53,12 @@ class Backend(Protocol):
 
     name: str
 
+    @property
+    def models_mode(self) -> str:
+        """How `served_models` is known: `engine`, or reverse-proxy mode's `allow-list`, `discovered`,
+        `pass-through` (shown in `/healthz`)."""
+        ...
+
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Yield text as it is produced, then exactly one `Finished`. Raises `KvgateError` subclasses."""
         ...
@@ -62,7 +68,11 @@ class Backend(Protocol):
         ...
 
     def served_models(self) -> list[str]:
-        """Model names this backend answers to."""
+        """Model names this backend lists (`GET /v1/models`)."""
+        ...
+
+    def serves_model(self, model: str) -> bool:
+        """May a request for `model` go to this backend? (A pass-through upstream takes any name.)"""
         ...
 
     def max_context_tokens(self) -> int | None:

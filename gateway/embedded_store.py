@@ -44,6 +44,10 @@ class EmbeddedStore:
         return f"unix://{self.socket_path}"
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

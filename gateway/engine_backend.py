@@ -30,6 +30,7 @@ class EngineBackend:
     """Misses answered by kvgate's own paged-KV engine."""
 
     name = "engine"
+    models_mode = "engine"
 
     def __init__(self, client: AsyncEngineClient, model_name: str, default_max_tokens: int) -> None:
         self.client = client
@@ -100,6 +101,9 @@ class EngineBackend:
 
     def served_models(self) -> list[str]:
         return [self.model_name]
+
+    def serves_model(self, model: str) -> bool:
+        return model == self.model_name
 
     def max_context_tokens(self) -> int | None:
         return self.client.max_model_len

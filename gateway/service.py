@@ -114,7 +114,7 @@ class CompletionService:
         *,
         scope_secret: bytes,
         max_pending: int,
-        store_truncated: bool = False,
+        store_truncated: bool = True,
         max_stored_answer_bytes: int = 1024 * 1024,
         log_prompts: bool = False,
         shadow_mode: bool = False,
@@ -141,7 +141,7 @@ class CompletionService:
 
     async def answer(self, call: CompletionCall) -> CachedAnswer | LiveAnswer:
         """A stored answer, or a generation (possibly shared with identical concurrent calls)."""
-        if call.request.model not in self.backend.served_models():
+        if not self.backend.serves_model(call.request.model):
             raise NotFound(
                 f"The model '{call.request.model}' does not exist.", param="model", code="model_not_found"
             )

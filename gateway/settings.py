@@ -76,7 +76,12 @@ class Settings(BaseSettings):
     """Bearer key sent to the upstream."""
 
     upstream_models: str = ""
-    """Comma-separated model names the upstream serves (reverse-proxy mode)."""
+    """Comma-separated model names the upstream serves (reverse-proxy mode): an allow-list. Empty: the
+    upstream's own `GET /models` is read at start-up and refreshed; an upstream that cannot list its models
+    gets any name passed through."""
+
+    upstream_models_refresh_s: float = Field(default=60.0, gt=0)
+    """How often the upstream's model list is read again when `upstream_models` is empty."""
 
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     """Read timeout for one upstream call."""
@@ -109,8 +114,9 @@ class Settings(BaseSettings):
     cache_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     """How long a stored answer lives unless the request's `max-age` says less."""
 
-    store_truncated: bool = False
-    """Also store answers cut off by `max_tokens` (`finish_reason: length`)."""
+    store_truncated: bool = True
+    """Store answers cut off by `max_tokens` (`finish_reason: length`) too. `max_tokens` is part of the cache
+    scope, so the stored answer is what the same request gets from the backend; `false` opts out."""
 
     max_stored_answer_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest answer (UTF-8 bytes of its text) kept in the cache; larger ones are served, never stored."""

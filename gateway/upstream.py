@@ -24,6 +24,7 @@ from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDe
 from gateway.breaker import CircuitBreaker
 from gateway.errors import UpstreamFailed
 from gateway.tracecontext import TRACEPARENT, current_trace
+from gateway.upstream_models import UpstreamModels
 
 RETRY_BASE_S = 0.1
 
@@ -44,6 +45,7 @@ class UpstreamBackend:
         breaker: CircuitBreaker | None = None,
         connect_retries: int = 2,
         connect_timeout_s: float = 10.0,
+        models_refresh_s: float = 60.0,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -52,7 +54,7 @@ class UpstreamBackend:
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             transport=transport,
         )
-        self._models = models
+        self.models = UpstreamModels(models, models_refresh_s)
         self._breaker = breaker
         self._connect_retries = connect_retries
 
@@ -105,13 +107,25 @@ class UpstreamBackend:
         # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
         return None
 
+    async def start(self) -> None:
+        """Learn the upstream's models when no allow-list was given (and keep them fresh)."""
+        await self.models.start(self._client)
+
     def served_models(self) -> list[str]:
-        return list(self._models)
+        return self.models.names()
+
+    def serves_model(self, model: str) -> bool:
+        return self.models.serves(model)
+
+    @property
+    def models_mode(self) -> str:
+        return self.models.mode.value
 
     def max_context_tokens(self) -> int | None:
         return None
 
     async def close(self) -> None:
+        await self.models.stop()
         await self._client.aclose()
 
     async def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -21,6 +21,7 @@ async def healthz(request: Request) -> dict[str, Any]:
         "status": "ok" if store["reachable"] else "degraded",
         "backend": state.backend.name,
         "models": state.backend.served_models(),
+        "models_mode": state.backend.models_mode,
         "embedder": {"name": state.embedder.name, "dimension": state.embedder.dimension},
         "generator": {
             "kind": generator.kind.value,

@@ -20,6 +20,7 @@ class ScriptedBackend:
     finish_reason: str = "stop"
     context_tokens: int = 512
     name: str = "scripted"
+    models_mode: str = "engine"
     calls: list[GenerationRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     active: set[str] = field(default_factory=set)
@@ -50,6 +51,9 @@ class ScriptedBackend:
 
     def served_models(self) -> list[str]:
         return [MODEL]
+
+    def serves_model(self, model: str) -> bool:
+        return model in self.served_models()
 
     def max_context_tokens(self) -> int | None:
         return self.context_tokens

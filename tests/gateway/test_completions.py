@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.gateway.conftest import auth, chat
+from gateway.app import create_app
+from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 
 
@@ -84,9 +86,23 @@ def test_tenants_never_share_answers(client: TestClient, backend: ScriptedBacken
     assert len(backend.calls) == 2
 
 
-def test_truncated_answers_are_not_stored(client: TestClient, backend: ScriptedBackend) -> None:
+def test_truncated_answers_are_stored_and_replayed_as_truncated(
+    client: TestClient, backend: ScriptedBackend
+) -> None:
     backend.finish_reason = "length"
     client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
     again = client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
+    assert again.headers["x-kvgate-cache"] == "exact-hit"
+    assert again.json()["choices"][0]["finish_reason"] == "length"
+    assert len(backend.calls) == 1
+
+
+def test_truncated_answers_are_not_stored_when_opted_out(tmp_path: Path) -> None:
+    backend = ScriptedBackend(finish_reason="length")
+    app = create_app(make_settings(tmp_path, store_truncated=False), backend_factory=lambda _: backend)
+    with TestClient(app) as client:
+        client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
+        again = client.post("/v1/chat/completions", json=chat("Long one", max_tokens=2), headers=auth())
     assert again.headers["x-kvgate-cache"] == "miss"
     assert again.json()["choices"][0]["finish_reason"] == "length"
+    assert len(backend.calls) == 2

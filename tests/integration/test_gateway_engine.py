@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from fastapi import FastAPI
@@ -15,6 +14,7 @@ from fastapi import FastAPI
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.gateway.live_server import serve
+from tests.integration.streams import leave_after_first_token
 
 pytestmark = pytest.mark.slow
 
@@ -97,15 +97,8 @@ def test_client_disconnect_aborts_and_frees_blocks(app: FastAPI, base_url: str) 
         "model": MODEL,
         "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
         "max_tokens": 400,
-        "stream": True,
     }
-    with (
-        httpx.Client(base_url=base_url, timeout=60) as http,
-        http.stream("POST", "/v1/chat/completions", json=body) as response,
-    ):
-        for line in response.iter_lines():
-            if '"content":' in line and '"role"' not in line:
-                break
+    leave_after_first_token(base_url, body)
     client = app.state.backend.client
     scheduler = client.engine.scheduler
     deadline = time.monotonic() + 10

@@ -71,6 +71,19 @@ class RedisProcess:
         finally:
             client.close()
 
+    def shutdown(self) -> None:
+        """SHUTDOWN, as an operator's restart does: the AOF is flushed, clients are disconnected."""
+        if self.process is not None and self.process.poll() is None:
+            client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0)
+            try:
+                client.shutdown(nosave=False)
+            except redis.ConnectionError:
+                pass  # the server closes the connection as it exits
+            finally:
+                client.close()
+            self.process.wait(timeout=10)
+        self.process = None
+
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, only what reached the AOF survives."""
         if self.process is not None and self.process.poll() is None:

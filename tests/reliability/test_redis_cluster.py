@@ -11,6 +11,7 @@ import logging
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,48 +42,76 @@ def _wait(check: object, what: str, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def cluster_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+@dataclass
+class LocalCluster:
     """Three cluster-enabled redis-servers on free loopback ports, joined as masters (no replicas)."""
-    directory = tmp_path_factory.mktemp("redis-cluster")
-    ports = [free_port() for _ in range(MASTERS)]
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for port in ports:
-            command = [server_binary(), "--cluster-enabled", "yes"]
-            command += ["--cluster-config-file", str(directory / f"nodes-{port}.conf"), "--port", str(port)]
-            # The bus defaults to port + 10000, which can pass 65535 for an ephemeral port: pick one free.
-            command += ["--cluster-port", str(free_port())]
-            command += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
-            command += ["--dir", str(directory)]
-            processes.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=directory)
-            )
-        for port in ports:
-            node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
-            try:
-                _wait(node.ping, f"redis-server on {port} did not start", 10.0)
-            finally:
-                node.close()
-        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports)]
+
+    directory: Path
+    ports: list[int] = field(default_factory=lambda: [free_port() for _ in range(MASTERS)])
+    bus_ports: list[int] = field(default_factory=lambda: [free_port() for _ in range(MASTERS)])
+    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for port in self.ports:
+            self.start_node(port)
+        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in self.ports)]
         create += ["--cluster-replicas", "0", "--cluster-yes"]
         subprocess.run(create, check=True, capture_output=True, timeout=30)
-        for port in ports:
-            node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
-            try:
-                _wait(
-                    lambda node=node: node.execute_command("CLUSTER INFO").get("cluster_state") == "ok",
-                    f"cluster node {port} not ok",
-                    20.0,
-                )
-            finally:
-                node.close()
-        yield ports
+        for port in self.ports:
+            self.wait_ok(port)
+
+    def start_node(self, port: int) -> None:
+        """Start (or restart) one node; its nodes.conf brings back its id and slots."""
+        bus = self.bus_ports[self.ports.index(port)]
+        command = [server_binary(), "--cluster-enabled", "yes"]
+        command += ["--cluster-config-file", str(self.directory / f"nodes-{port}.conf"), "--port", str(port)]
+        # The bus defaults to port + 10000, which can pass 65535 for an ephemeral port: pick one free.
+        command += ["--cluster-port", str(bus)]
+        command += ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+        command += ["--dir", str(self.directory)]
+        self.processes[port] = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.directory
+        )
+        node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+        try:
+            _wait(node.ping, f"redis-server on {port} did not start", 10.0)
+        finally:
+            node.close()
+
+    def kill_node(self, port: int) -> None:
+        process = self.processes.pop(port)
+        process.kill()
+        process.wait(timeout=10)
+
+    def wait_ok(self, port: int) -> None:
+        node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+        try:
+            _wait(
+                lambda: node.execute_command("CLUSTER INFO").get("cluster_state") == "ok",
+                f"cluster node {port} not ok",
+                20.0,
+            )
+        finally:
+            node.close()
+
+    def stop(self) -> None:
+        for port in list(self.processes):
+            self.kill_node(port)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        local.start()
+        yield local
     finally:
-        for process in processes:
-            process.kill()
-        for process in processes:
-            process.wait(timeout=10)
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_ports(cluster: LocalCluster) -> list[int]:
+    return cluster.ports
 
 
 def _app(tmp_path: Path, url: str, backend: ScriptedBackend) -> TestClient:
@@ -172,3 +201,34 @@ def _assert_entry_keys_share_a_slot(ports: list[int]) -> None:
             slots = {int(node.execute_command("CLUSTER KEYSLOT", key)) for key in keys}
             assert len(slots) == 1, f"one scope's keys in slots {slots}: {sorted(keys)}"
     assert len(by_scope) >= 2, by_scope
+
+
+def test_a_quiet_node_restart_does_not_keep_caching_off(cluster: LocalCluster, tmp_path: Path) -> None:
+    """The node holding a scope restarts (losing its data: no AOF here); after a quiet gap longer than
+    the store breaker's cool-down, the first request is stored and the second is an exact hit."""
+    prompt = "Which node holds this question?"
+    with _app(tmp_path, f"redis://127.0.0.1:{cluster.ports[0]}", ScriptedBackend()) as client:
+        before = _exact_keys_by_node(cluster.ports)
+        assert _cache(client, prompt) == "miss"
+        after = _exact_keys_by_node(cluster.ports)
+        (owner,) = [port for port in cluster.ports if after[port] == before[port] + 1]
+        assert _cache(client, prompt) == "exact-hit"
+
+        cluster.kill_node(owner)
+        for _ in range(5):
+            response = client.post(ROUTE, json=chat(prompt), headers=auth())
+            assert response.status_code == 200 and response.headers["x-kvgate-cache"] == "miss"
+        cluster.start_node(owner)
+        cluster.wait_ok(owner)
+        time.sleep(2 * client.app.state.settings.breaker_cooldown_s + 1.0)  # type: ignore[attr-defined]
+
+        assert _cache(client, prompt) == "miss"  # the restarted node lost the entry; stored again
+        assert _cache(client, prompt) == "exact-hit"
+
+
+def _exact_keys_by_node(ports: list[int]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for port in ports:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2.0) as node:
+            counts[port] = sum(1 for _ in node.scan_iter(match="kvgate:sc:{*}:x:*", count=1000))
+    return counts
