@@ -12,6 +12,7 @@ import torch
 from fastapi import FastAPI
 
 from engine.model_files import resolve_generator
+from gateway.allocator import HeapTrimmer, limit_arenas
 from gateway.auth import AdminGuard, KeyRing
 from gateway.backend import Backend
 from gateway.body_limit import BodyLimitMiddleware
@@ -56,6 +57,10 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
         if keys.open:
             logger.warning("no API keys configured: kvgate is open to anyone as the single tenant 'default'")
         torch.set_num_threads(settings.torch_threads)
+        limit_arenas()
+        trimmer = HeapTrimmer(settings.malloc_trim_interval_s) if settings.malloc_trim_interval_s else None
+        if trimmer is not None:
+            trimmer.start()
         store = await asyncio.to_thread(StoreRuntime.open, settings)
         store.start_watching()
         breakers: dict[str, CircuitBreaker] = app.state.breakers
@@ -123,6 +128,8 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             if close is not None:
                 await close()
             await store.close()
+            if trimmer is not None:
+                await trimmer.stop()
             app.state.tracing.shutdown()
 
     app = FastAPI(title="kvgate", version="0.1.0", lifespan=lifespan)

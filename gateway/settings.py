@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     engine_max_num_seqs: int = Field(default=64, ge=1)
     """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
 
+    malloc_trim_interval_s: float = Field(default=10.0, ge=0)
+    """How often freed heap memory is handed back to the OS (glibc `malloc_trim`); 0: never. Without it, RSS
+    climbs under sustained load although live memory does not (docs/reliability.md, "Soak")."""
+
     torch_threads: int = Field(default=1, ge=1, le=256)
     """Intra-op threads for torch. One per op lets the engine and the embedder run on separate cores
     at once; measured here, two threads under contention made SmolLM2 decode about 5x slower."""

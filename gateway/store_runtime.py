@@ -9,7 +9,6 @@ meanwhile the store is unreachable, so `/readyz` says degraded and the cache fai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 
+from gateway.background import cancel_and_wait
 from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.settings import Settings
 from semantic.changes import RedisClient
@@ -71,10 +71,7 @@ class StoreRuntime:
             self._watcher = asyncio.create_task(self._keep_running(self.embedded), name="embedded-store")
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        await cancel_and_wait(self._watcher)
         await self.client.aclose()
         if self.embedded is not None:
             self.embedded.stop()

@@ -13,11 +13,12 @@ This module knows the upstream's model list and nothing of requests or the cache
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 
 import httpx
+
+from gateway.background import cancel_and_wait
 
 logger = logging.getLogger("kvgate.upstream")
 
@@ -64,11 +65,8 @@ class UpstreamModels:
         self._task = asyncio.create_task(self._refresh_forever(client), name="upstream-models")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def refresh(self, client: httpx.AsyncClient) -> None:
         """Read `GET /models`; on any failure keep the last list and log once until it works again."""

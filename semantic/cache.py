@@ -15,7 +15,9 @@ an opaque string here).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -106,7 +108,12 @@ class SemanticCache:
         self.store = store
         self.embedder = embedder
         self.rule = rule
-        self.batcher = EmbedBatcher(embedder, self.config.max_batch, self.config.max_wait_ms)
+        # The embedder and the verifier run on one thread of their own: on a few cores, more threads only
+        # take turns, and each would keep its own allocator heap and BLAS buffers (docs/reliability.md).
+        self.inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvgate-inference")
+        self.batcher = EmbedBatcher(
+            embedder, self.config.max_batch, self.config.max_wait_ms, executor=self.inference
+        )
         index_config = IndexConfig(embedder.dimension, hnsw_threshold=self.config.hnsw_threshold)
         self.sync = IndexSync(store, index_config, block_ms=self.config.follow_block_ms)
 
@@ -117,6 +124,7 @@ class SemanticCache:
     async def stop(self) -> None:
         await self.sync.stop()
         await self.batcher.close()
+        self.inference.shutdown(wait=False)
 
     async def rebuild(self, progress: RebuildProgress | None = None) -> int:
         return await self.sync.rebuild(progress)
@@ -159,9 +167,10 @@ class SemanticCache:
                 vector=embedding.vector,
             )
         candidate, similarity = found
-        verdict = await asyncio.to_thread(
+        judge = functools.partial(
             self.rule.judge, scope.prompt, candidate.prompt, similarity, control.strictness
         )
+        verdict = await asyncio.get_running_loop().run_in_executor(self.inference, judge)
         if verdict.hit:
             await self.store.record_hit(scope.scope_id, candidate.entry_id)
         return Lookup(

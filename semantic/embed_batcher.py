@@ -1,7 +1,8 @@
 """Micro-batched, off-loop embedding: concurrent callers share one embedder call.
 
 A caller awaits `embed(text)`. The first text to arrive starts a drain task, which waits
-`max_wait_ms` for company, then embeds up to `max_batch` queued texts in one call on a worker thread;
+`max_wait_ms` for company, then embeds up to `max_batch` queued texts in one call on a worker thread
+(the `executor`'s, else asyncio's default);
 texts that arrive while a batch runs go into the next one. So under load the batch grows with the
 load, and a lone request pays at most `max_wait_ms` extra.
 
@@ -14,6 +15,7 @@ Knows the `Embedder` protocol and asyncio; knows nothing about scopes, Redis or 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,12 +36,19 @@ class Embedding:
 
 
 class EmbedBatcher:
-    """Collects concurrent `embed` calls into batches run by `asyncio.to_thread`."""
+    """Collects concurrent `embed` calls into batches run on a worker thread."""
 
-    def __init__(self, embedder: Embedder, max_batch: int = 64, max_wait_ms: float = 1.0) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        max_batch: int = 64,
+        max_wait_ms: float = 1.0,
+        executor: Executor | None = None,
+    ) -> None:
         if max_batch <= 0 or max_wait_ms < 0:
             raise ValueError("max_batch must be positive and max_wait_ms not negative")
         self.embedder = embedder
+        self.executor = executor
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000
         self._queue: list[tuple[str, asyncio.Future[Embedding]]] = []
@@ -73,7 +82,9 @@ class EmbedBatcher:
                 continue
             self.batch_sizes = [*self.batch_sizes[-63:], len(batch)]
             try:
-                embeddings = await asyncio.to_thread(self._embed_batch, [text for text, _ in batch])
+                texts = [text for text, _ in batch]
+                loop = asyncio.get_running_loop()
+                embeddings = await loop.run_in_executor(self.executor, self._embed_batch, texts)
             except Exception as error:  # every waiter of the batch sees the embedder's error
                 for _, future in batch:
                     if not future.done():

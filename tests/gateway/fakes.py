@@ -20,6 +20,7 @@ class ScriptedBackend:
     finish_reason: str = "stop"
     context_tokens: int = 512
     name: str = "scripted"
+    keep_calls: bool = True
     models_mode: str = "engine"
     calls: list[GenerationRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
@@ -34,7 +35,8 @@ class ScriptedBackend:
                 param="messages",
                 code="context_length_exceeded",
             )
-        self.calls.append(request)
+        if self.keep_calls:
+            self.calls.append(request)
         self.active.add(request.request_id)
         words = f"echo: {prompt}".split(" ")
         try:

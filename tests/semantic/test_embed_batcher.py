@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -97,3 +98,13 @@ async def test_a_cancelled_waiter_does_not_break_the_batch() -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         EmbedBatcher(CountingEmbedder(), max_batch=0)
+
+
+async def test_batches_run_on_the_given_executor() -> None:
+    embedder = CountingEmbedder(delay_s=0.0)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference") as executor:
+        batcher = EmbedBatcher(embedder, max_batch=4, max_wait_ms=0.0, executor=executor)
+        await asyncio.gather(*(batcher.embed(f"text {number}") for number in range(12)))
+        (worker,) = executor._threads  # one worker thread ran every batch
+        assert embedder.threads == {worker.ident}
+        await batcher.close()
