@@ -105,7 +105,9 @@ def pick_prompt(rng: random.Random, counter: list[int]) -> str:
     if roll < 1 / 3:
         return topic
     if roll < 2 / 3:
-        return topic.replace("?", " ?").replace(".", " .")  # same meaning, another exact key
+        # Same meaning, another exact key; a wording a semantic hit served is remembered (an exact hit
+        # next time), so each near-paraphrase is new: letters upper-cased at random.
+        return "".join(char.upper() if rng.random() < 0.2 else char for char in topic)
     counter[0] += 1
     return f"{rng.choice(TOPICS[12:])} Variant {counter[0]} of {rng.randrange(10**9)}"
 

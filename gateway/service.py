@@ -1,7 +1,7 @@
 """The request flow, top to bottom: scope -> exact layer -> semantic layer -> backend -> store.
 
     answer():   which model  ->  scope (semantic.scope)  ->  cache lookup (exact, then semantic)
-                -> hit: a `CachedAnswer`
+                -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit)
                 -> miss: join the identical generation already in flight, or start one (bounded)
     on finish:  store the answer if it is complete and the client allowed it
 
@@ -154,6 +154,8 @@ class CompletionService:
                 shadowed = lookup.entry
             else:
                 stored = StoredAnswer.from_json(lookup.entry.response)
+                if lookup.kind is LookupKind.SEMANTIC_HIT and not call.control.no_store:
+                    await self._remember(scope, lookup.entry)
                 self._record(call, scope, lookup, lookup.kind.value, stored)
                 return CachedAnswer(stored, lookup)
         if call.admit is not None:
@@ -254,6 +256,16 @@ class CompletionService:
             return None
         self._store_ok()
         return lookup
+
+    async def _remember(self, scope: RequestScope, entry: CacheEntry) -> None:
+        """A served semantic hit: asking the same wording again becomes an exact hit (best effort)."""
+        if self.store_breaker is not None and not self.store_breaker.allow():
+            return
+        try:
+            await self.cache.remember(scope, entry)
+            self._store_ok()
+        except (RedisError, OSError) as error:
+            self._store_failed("remember", error)
 
     async def _store(
         self,

@@ -1,6 +1,7 @@
 """The semantic cache's request flow: lookup (exact, then semantic), insert, purge, rebuild.
 
-    lookup:  exact key in Redis (no embedding)  ->  embed the prompt (micro-batched, off the loop)
+    lookup:  exact key in Redis (no embedding; a wording a semantic hit was served under is remembered
+             there too)  ->  embed the prompt (micro-batched, off the loop)
              ->  search the scope's FAISS index  ->  read the candidates from Redis (gone = miss, and
              out of the index)  ->  the HitRule judges the nearest fresh one
     insert:  embed unless the lookup already did  ->  store in Redis (one entry per exact key)
@@ -137,8 +138,11 @@ class SemanticCache:
             return Lookup(LookupKind.BYPASS, reason="lookup bypassed")
         min_created = 0.0 if control.max_age_s is None else time.time() - control.max_age_s
         entry = await self.store.get_exact(scope, min_created)
-        if entry is not None:
-            return Lookup(LookupKind.EXACT_HIT, entry, 1.0, "exact match", total_ms=_ms_since(started))
+        remembered = entry is not None and entry.exact_key != scope.exact_key
+        # A remembered wording was judged at the default bar: a request raising the bar is judged again.
+        if entry is not None and not (remembered and control.strictness > 0):
+            reason = "remembered semantic hit" if remembered else "exact match"
+            return Lookup(LookupKind.EXACT_HIT, entry, 1.0, reason, total_ms=_ms_since(started))
         if not scope.semantic:
             return Lookup(LookupKind.MISS, reason=scope.semantic_refusal or "", total_ms=_ms_since(started))
         if self.sync.index.scope_size(scope.scope_id) == 0:  # nothing to compare with: skip the embedder
@@ -183,6 +187,13 @@ class SemanticCache:
             total_ms=_ms_since(started),
             vector=embedding.vector,
         )
+
+    async def remember(self, scope: RequestScope, entry: CacheEntry) -> bool:
+        """After a semantic hit was served: this wording's exact key points at `entry` from now on (for the
+        entry's lifetime, deleted with it), so asking it again is an exact hit. False if nothing changed."""
+        if entry.scope_id != scope.scope_id or entry.exact_key == scope.exact_key:
+            return False
+        return await self.store.remember(scope, entry.entry_id)
 
     async def insert(
         self,

@@ -4,7 +4,9 @@ Key layout (prefix `P`, default `kvgate:sc`; `S` a scope id, `{...}` a Redis Clu
 all keys of one scope, and hence of one entry, share a slot and one Lua script can touch them):
 
     P:{S}:e:<entry id>   hash    the entry (fields below); TTL = the entry's
-    P:{S}:x:<exact key>  string  entry id of the request with this exact key; same TTL (SET NX-like)
+    P:{S}:x:<exact key>  string  entry id of the request with this exact key; same TTL (SET NX-like); also
+                                 another wording's key, once a semantic hit served it that entry
+    P:{S}:a:<entry id>   set     the other wordings' exact keys remembered for the entry; same TTL
     P:{S}:m              zset    entry ids of the scope, scored by created time (purge by age, rebuild)
     P:{S}:meta           hash    tenant, model of the scope (purge by tenant / model without reading
                                  entries); the zset and this live as long as the scope's longest entry
@@ -32,9 +34,21 @@ from redis.typing import EncodableT
 
 from semantic.changes import ChangeFeed, RedisClient, Vectors
 from semantic.scope import RequestScope
-from semantic.store_scripts import DELETE_ENTRIES, GET_EXACT, PUT_ENTRY, RECORD_HIT
+from semantic.store_scripts import DELETE_ENTRIES, GET_EXACT, PUT_ENTRY, RECORD_HIT, REMEMBER_ALIAS
 
-ENTRY_FIELDS = ("id", "scope", "tenant", "model", "prompt", "response", "created", "expires", "hits", "tags")
+ENTRY_FIELDS = (
+    "id",
+    "scope",
+    "tenant",
+    "model",
+    "prompt",
+    "response",
+    "created",
+    "expires",
+    "hits",
+    "tags",
+    "exact",
+)
 BATCH = 500
 
 
@@ -52,6 +66,8 @@ class CacheEntry:
     expires: float | None
     hits: int
     tags: tuple[str, ...]
+    exact_key: str
+    """The exact key it was stored under (another one, when it was found through a remembered wording)."""
 
 
 class EntryStore(Protocol):
@@ -71,6 +87,7 @@ class EntryStore(Protocol):
     async def get_exact(self, scope: RequestScope, min_created: float) -> CacheEntry | None: ...
     async def get_many(self, scope_id: str, entry_ids: Sequence[str]) -> list[CacheEntry | None]: ...
     async def record_hit(self, scope_id: str, entry_id: str) -> None: ...
+    async def remember(self, scope: RequestScope, entry_id: str) -> bool: ...
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]: ...
     async def scope_of_entry(self, entry_id: str) -> str | None: ...
     def scope_ids(self, tenant: str | None = None, model: str | None = None) -> AsyncIterator[str]: ...
@@ -93,6 +110,7 @@ class RedisEntryStore:
         self._put = client.register_script(PUT_ENTRY)
         self._get_exact = client.register_script(GET_EXACT)
         self._record_hit = client.register_script(RECORD_HIT)
+        self._remember = client.register_script(REMEMBER_ALIAS)
         self._delete = client.register_script(DELETE_ENTRIES)
 
     async def put(
@@ -164,13 +182,24 @@ class RedisEntryStore:
     async def record_hit(self, scope_id: str, entry_id: str) -> None:
         await self._record_hit(keys=[self._entry_key(scope_id, entry_id)])
 
+    async def remember(self, scope: RequestScope, entry_id: str) -> bool:
+        """Point this request's exact key at `entry_id` (of the same scope) for the entry's lifetime."""
+        keys = [self._exact_key(scope.scope_id, scope.exact_key), self._entry_key(scope.scope_id, entry_id)]
+        keys.append(self._aliases_key(scope.scope_id, entry_id))
+        return bool(await self._remember(keys=keys, args=[entry_id, scope.exact_key]))
+
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]:
         """Delete entries of one scope (also forgetting ids already gone); returns the ids that existed."""
         deleted: list[str] = []
         for start in range(0, len(entry_ids), BATCH):
             batch = list(entry_ids[start : start + BATCH])
             keys = [self._members_key(scope_id), self._meta_key(scope_id)]
-            args = [self._entry_key(scope_id, ""), self._exact_key(scope_id, ""), *batch]
+            args = [
+                self._entry_key(scope_id, ""),
+                self._exact_key(scope_id, ""),
+                self._aliases_key(scope_id, ""),
+            ]
+            args += batch
             gone = [_text(entry_id) for entry_id in await self._delete(keys=keys, args=args)]
             if gone:
                 async with self.client.pipeline(transaction=False) as pipe:
@@ -277,6 +306,9 @@ class RedisEntryStore:
     def _exact_key(self, scope_id: str, exact_key: str) -> str:
         return f"{self.prefix}:{{{scope_id}}}:x:{exact_key}"
 
+    def _aliases_key(self, scope_id: str, entry_id: str) -> str:
+        return f"{self.prefix}:{{{scope_id}}}:a:{entry_id}"
+
     def _members_key(self, scope_id: str) -> str:
         return f"{self.prefix}:{{{scope_id}}}:m"
 
@@ -288,8 +320,8 @@ class RedisEntryStore:
 
 
 def _entry(values: Sequence[Any]) -> CacheEntry:
-    (entry_id, scope_id, tenant, model, prompt, response, created, expires, hits, tags) = (
-        _text(value) for value in values
+    (entry_id, scope_id, tenant, model, prompt, response, created, expires, hits, tags, exact) = (
+        _text(value) if value is not None else "" for value in values
     )
     return CacheEntry(
         entry_id=entry_id,
@@ -302,6 +334,7 @@ def _entry(values: Sequence[Any]) -> CacheEntry:
         expires=float(expires) or None,
         hits=int(hits),
         tags=tuple(json.loads(tags)),
+        exact_key=exact,
     )
 
 

@@ -67,6 +67,31 @@ redis.call('HINCRBY', key, 'hits', 1)
 return redis.call('HMGET', key, unpack(ARGV, 3))
 """
 
+# KEYS: exact key of another wording, entry key, the entry's alias set.  ARGV: entry id, that exact key's
+# suffix. After a semantic hit, points the new wording's exact key at the entry it was served, for as long
+# as the entry lives (and only if nothing holds that key yet); the alias set lets a delete find it.
+# Returns 1 when remembered, 0 when the entry is gone or the key was taken.
+REMEMBER_ALIAS = """
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl == -2 then
+  return 0
+end
+local stored
+if ttl > 0 then
+  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl)
+else
+  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX')
+end
+if not stored then
+  return 0
+end
+redis.call('SADD', KEYS[3], ARGV[2])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return 1
+"""
+
 # KEYS: entry key.  Counts a hit on an entry that still exists (never resurrects a deleted one).
 RECORD_HIT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -75,15 +100,23 @@ end
 return nil
 """
 
-# KEYS: members zset, scope meta.  ARGV: entry-key prefix, exact-key prefix, then entry ids.
-# Deletes each entry and its exact key (if still pointing at it), forgets every id from the scope
-# (including ids whose entry already expired), and drops the meta with the last member.
-# Returns the ids whose entry existed.
+# KEYS: members zset, scope meta.  ARGV: entry-key prefix, exact-key prefix, alias-set prefix, then entry ids.
+# Deletes each entry, its exact key and the exact keys remembered for it (each only if still pointing at
+# it), forgets every id from the scope (including ids whose entry already expired), and drops the meta
+# with the last member. Returns the ids whose entry existed.
 DELETE_ENTRIES = """
 local deleted = {}
-for index = 3, #ARGV do
+for index = 4, #ARGV do
   local entry_id = ARGV[index]
   local key = ARGV[1] .. entry_id
+  local aliases = ARGV[3] .. entry_id
+  for _, alias in ipairs(redis.call('SMEMBERS', aliases)) do
+    local alias_key = ARGV[2] .. alias
+    if redis.call('GET', alias_key) == entry_id then
+      redis.call('DEL', alias_key)
+    end
+  end
+  redis.call('DEL', aliases)
   local exact = redis.call('HGET', key, 'exact')
   if exact then
     local exact_key = ARGV[2] .. exact

@@ -8,7 +8,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
-from tests.gateway.conftest import auth, chat, make_settings
+from tests.gateway.conftest import admin, auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 
 
@@ -106,3 +106,43 @@ def test_truncated_answers_are_not_stored_when_opted_out(tmp_path: Path) -> None
     assert again.headers["x-kvgate-cache"] == "miss"
     assert again.json()["choices"][0]["finish_reason"] == "length"
     assert len(backend.calls) == 2
+
+
+def test_a_served_paraphrase_is_remembered_as_an_exact_hit(
+    client: TestClient, backend: ScriptedBackend
+) -> None:
+    client.post("/v1/chat/completions", json=chat("How do I reset my password?"), headers=auth())
+    semantic = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    again = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    assert semantic.headers["x-kvgate-cache"] == "semantic-hit"
+    assert again.headers["x-kvgate-cache"] == "exact-hit"
+    assert again.headers["x-kvgate-entry-id"] == semantic.headers["x-kvgate-entry-id"]
+    assert again.json()["choices"][0]["message"] == semantic.json()["choices"][0]["message"]
+    strict = client.post(  # a raised bar is never met by a remembered wording: judged again
+        "/v1/chat/completions",
+        json=chat("How can I reset my password?"),
+        headers=auth() | {"x-kvgate-semantic-strictness": "1"},
+    )
+    assert strict.headers["x-kvgate-cache"] == "miss"
+    other_tenant = client.post(
+        "/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth("key-beta")
+    )
+    assert other_tenant.headers["x-kvgate-cache"] == "miss"
+
+    entry_id = semantic.headers["x-kvgate-entry-id"]
+    purged = client.post("/admin/purge", json={"entry_id": entry_id}, headers=admin())
+    assert purged.json() == {"purged": 1}
+    after = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    assert after.headers["x-kvgate-cache"] == "miss"  # the purge took the remembered wording with it
+    assert len(backend.calls) == 4  # the first ask, the strict one, the other tenant's, after the purge
+
+
+def test_no_store_requests_leave_nothing_remembered(client: TestClient) -> None:
+    client.post("/v1/chat/completions", json=chat("How do I reset my password?"), headers=auth())
+    no_store = {"Cache-Control": "no-store"}
+    first = client.post(
+        "/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth() | no_store
+    )
+    again = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    assert first.headers["x-kvgate-cache"] == "semantic-hit"
+    assert again.headers["x-kvgate-cache"] == "semantic-hit"

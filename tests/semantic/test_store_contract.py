@@ -252,3 +252,26 @@ async def test_an_answer_older_than_the_writer_accepts_is_replaced(backend: Redi
     assert await backend.scope_size(scope.scope_id) == 1 and await backend.scope_of_entry(old) is None
     changes = await backend.feed.read(start, block_ms=10)
     assert [(change.op, change.entry_ids) for change in changes] == [("delete", (old,)), ("add", (fresh,))]
+
+
+async def test_a_remembered_wording_reads_the_entry_and_goes_with_it(backend: RedisEntryStore) -> None:
+    scope = make_scope("How do I reset my password?")
+    paraphrase = make_scope("How can I reset my password?")
+    assert paraphrase.scope_id == scope.scope_id and paraphrase.exact_key != scope.exact_key
+    entry_id, _ = await backend.put(scope, "answer", unit_vector(0), 30.0, [])
+    assert await backend.get_exact(paraphrase) is None
+
+    assert await backend.remember(paraphrase, entry_id)
+    assert not await backend.remember(paraphrase, entry_id)  # the key is taken: nothing changes
+    found = await backend.get_exact(paraphrase)
+    assert found is not None and found.entry_id == entry_id and found.exact_key == scope.exact_key
+    keys = [key for key in await all_keys(backend) if scope.scope_id in key]
+    assert len(keys) == 6 and len({key_slot(key.encode()) for key in keys}) == 1  # + alias key, alias set
+    for key in keys:  # every key of the entry lives exactly as long as the entry
+        assert 0 < await backend.client.pttl(key) <= 30_000
+
+    assert await backend.delete(scope.scope_id, [entry_id]) == [entry_id]
+    assert await backend.get_exact(paraphrase) is None
+    assert await all_keys(backend) == [f"{backend.prefix}:changes"]
+    assert not await backend.remember(paraphrase, entry_id)  # never for a gone entry
+    assert await all_keys(backend) == [f"{backend.prefix}:changes"]
