@@ -33,12 +33,6 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
 def ask(client: openai.OpenAI, question: str, **fields: Any) -> tuple[str, Any]:
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=6, **fields

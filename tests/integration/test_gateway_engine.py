@@ -41,12 +41,6 @@ def base_url(app: FastAPI) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
 def ask(client: openai.OpenAI, question: str, **fields: Any) -> tuple[str, Any]:
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL,
