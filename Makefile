@@ -56,8 +56,10 @@ unit: models $(COMPOSE)
 
 test: lint typecheck unit
 
+# bench_hit_path.py drives HTTP with Debian's wrk (a Python client saturates before the server does).
 bench: models
 	$(PIP) install -e ".[dev,bench]"
+	command -v wrk >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get install -y -qq wrk || sudo apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 
 clean:

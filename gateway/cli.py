@@ -73,6 +73,7 @@ def models(
     settings = Settings()
     if not check:
         _pull_missing(settings)
+        _export_for_onnx(settings)
     embedder = resolve_embedder(settings.embedder)
     generator = resolve_generator(settings.generator, settings.model_dir)
     table = Table(title="kvgate models")
@@ -148,6 +149,19 @@ def _pull_missing(settings: Settings) -> None:
             console.print(f"[red]could not fetch {spec.name}:[/red] {error}")
             raise typer.Exit(code=2) from error
     console.print(f"{spec.name}: {'fetched into' if fetched else 'present at'} {path}")
+
+
+def _export_for_onnx(settings: Settings) -> None:
+    """Export the embedder and the verifier for ONNX Runtime now, so that the first `serve` starts fast."""
+    from semantic.embedder import SentenceEmbedder
+    from semantic.rule import load_rule
+
+    with console.status("exporting the embedder and the verifier for ONNX Runtime (first time only)"):
+        embedder = SentenceEmbedder(
+            resolve_embedder(settings.embedder), settings.inference_runtime, settings.export_dir
+        )
+        load_rule(settings.data_dir, runtime=settings.inference_runtime, export_dir=settings.export_dir)
+    console.print(f"embedder and verifier: {embedder.runtime.runtime} ({embedder.runtime.reason})")
 
 
 def _mark(present: bool) -> str:

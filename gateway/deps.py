@@ -7,38 +7,26 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from gateway.auth import AdminGuard, KeyRing, Tenant
-from gateway.ratelimit import RateLimiter
 from gateway.service import CompletionService
 from gateway.settings import Settings
-from gateway.tracing import Tracing
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def _service(request: Request) -> CompletionService:
+async def _service(request: Request) -> CompletionService:
     service: CompletionService = request.app.state.service
     return service
 
 
-def _tracing(request: Request) -> Tracing:
-    tracing: Tracing = request.app.state.tracing
-    return tracing
-
-
-def _limiter(request: Request) -> RateLimiter:
-    limiter: RateLimiter = request.app.state.limiter
-    return limiter
-
-
-def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> Tenant:
+async def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> Tenant:
     keys: KeyRing = request.app.state.keys
     return keys.tenant_for(authorization)
 
 
-def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+async def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
     guard: AdminGuard = request.app.state.admin_guard
     guard.check(authorization)
     return "admin"
@@ -48,5 +36,3 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 ServiceDep = Annotated[CompletionService, Depends(_service)]
 CurrentTenant = Annotated[Tenant, Depends(_tenant)]
 AdminCaller = Annotated[str, Depends(_admin)]
-TracingDep = Annotated[Tracing, Depends(_tracing)]
-LimiterDep = Annotated[RateLimiter, Depends(_limiter)]

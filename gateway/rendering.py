@@ -6,12 +6,12 @@ Each response gets a fresh `id` and `created`, also when it replays a stored ans
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.ids import random_hex
 from gateway.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -39,24 +39,33 @@ class Renderer:
 
     def __post_init__(self) -> None:
         if not self.id:
-            self.id = ("chatcmpl-" if self.chat else "cmpl-") + secrets.token_hex(12)
+            self.id = ("chatcmpl-" if self.chat else "cmpl-") + random_hex(12)
 
-    def whole(self, text: str, finish_reason: FinishReason, usage: Usage) -> dict[str, Any]:
+    def whole(self, text: str, finish_reason: FinishReason, usage: Usage) -> bytes:
+        """The whole response as JSON bytes (pydantic's serialiser: no intermediate dict, no json.dumps)."""
         if self.chat:
-            return ChatCompletion(
+            return (
+                ChatCompletion(
+                    id=self.id,
+                    created=self.created,
+                    model=self.model,
+                    choices=[ChatChoice(message=ResponseMessage(content=text), finish_reason=finish_reason)],
+                    usage=usage,
+                )
+                .model_dump_json()
+                .encode()
+            )
+        return (
+            Completion(
                 id=self.id,
                 created=self.created,
                 model=self.model,
-                choices=[ChatChoice(message=ResponseMessage(content=text), finish_reason=finish_reason)],
+                choices=[CompletionChoice(text=text, finish_reason=finish_reason)],
                 usage=usage,
-            ).model_dump()
-        return Completion(
-            id=self.id,
-            created=self.created,
-            model=self.model,
-            choices=[CompletionChoice(text=text, finish_reason=finish_reason)],
-            usage=usage,
-        ).model_dump()
+            )
+            .model_dump_json()
+            .encode()
+        )
 
     def opening_chunk(self) -> str | None:
         """The chat stream's first chunk carries the role; legacy completions have none."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from gateway.backend import Backend, Finished, GenerationRequest
 from gateway.breaker import CircuitBreaker
 from gateway.errors import InvalidRequest, NotFound, RateLimited
 from gateway.flight import Flight
+from gateway.ids import random_hex
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
 from gateway.shadow import ShadowStats
@@ -45,7 +45,7 @@ class CompletionCall:
     tenant: str
     control: CacheControl = field(default_factory=CacheControl)
     tags: tuple[str, ...] = ()
-    request_id: str = field(default_factory=lambda: secrets.token_hex(12))
+    request_id: str = field(default_factory=lambda: random_hex(12))
     priority: int = 0
     admit: Callable[[], Awaitable[None]] | None = None
     """Charged once the call is known to need the backend (the rate limiter, when hits are free)."""

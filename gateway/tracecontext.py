@@ -9,11 +9,12 @@ This module knows the header format and the contextvar; it exports no spans.
 from __future__ import annotations
 
 import re
-import secrets
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.ids import random_hex
 
 TRACEPARENT = "traceparent"
 _TRACEPARENT_RE = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
@@ -49,7 +50,7 @@ def parse_traceparent(header: str | None) -> TraceContext | None:
 
 
 def new_trace() -> TraceContext:
-    return TraceContext(secrets.token_hex(16), secrets.token_hex(8), "01")
+    return TraceContext(random_hex(16), random_hex(8), "01")
 
 
 class TraceContextMiddleware:

@@ -16,7 +16,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, Tracer
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    Tracer,
+)
 
 from gateway.tracecontext import TraceContext, current_trace
 
@@ -46,6 +54,9 @@ class Tracing:
 
     @contextmanager
     def completion_span(self, operation: str, model: str, request: dict[str, Any]) -> Iterator[Span]:
+        if not self.enabled:  # nothing records it: skip building the attributes and the no-op span
+            yield INVALID_SPAN
+            return
         attributes = {
             "gen_ai.operation.name": operation,
             "gen_ai.system": "kvgate",

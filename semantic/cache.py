@@ -3,7 +3,8 @@
     lookup:  exact key in Redis (no embedding; a wording a semantic hit was served under is remembered
              there too)  ->  embed the prompt (micro-batched, off the loop)
              ->  search the scope's FAISS index  ->  read the candidates from Redis (gone = miss, and
-             out of the index)  ->  the HitRule judges the nearest fresh one
+             out of the index)  ->  the HitRule judges the nearest fresh one (cheap checks on the loop;
+             pairs that need the verifier batched across concurrent lookups, off the loop)
     insert:  embed unless the lookup already did  ->  store in Redis (one entry per exact key)
              ->  index locally; other processes learn of it from the change stream
 
@@ -15,21 +16,22 @@ an opaque string here).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from semantic.embed_batcher import EmbedBatcher
 from semantic.embedder import Embedder, Vectors
 from semantic.index import IndexConfig, Neighbour, RebuildProgress
+from semantic.micro_batch import MicroBatcher
 from semantic.purge import PurgeSelector, purge
 from semantic.scope import RequestScope
 from semantic.store import CacheEntry, EntryStore
 from semantic.sync import IndexSync
-from semantic.verdict import HitRule
+from semantic.verdict import HitRule, Verdict
 
 
 class LookupKind(StrEnum):
@@ -66,7 +68,9 @@ class CacheConfig:
     default_ttl_s: float | None = 7 * 24 * 3600.0
     candidates: int = 4  # neighbours read from Redis, so that gone or too-old ones can be skipped
     max_batch: int = 64
-    max_wait_ms: float = 1.0
+    # No wait for company: a batch is what arrived while the previous one ran, which at 32 concurrent
+    # lookups still fills batches, and a lone lookup does not pay a millisecond for nobody.
+    max_wait_ms: float = 0.0
     hnsw_threshold: int = 100_000
     follow_block_ms: int = 1000
 
@@ -115,6 +119,11 @@ class SemanticCache:
         self.batcher = EmbedBatcher(
             embedder, self.config.max_batch, self.config.max_wait_ms, executor=self.inference
         )
+        # Pairs that need the verifier are batched across concurrent lookups, on the same thread; no wait:
+        # a batch is what arrived while the previous one ran.
+        self.judges: MicroBatcher[Question, Verdict] = MicroBatcher(
+            functools.partial(judge_questions, rule), self.config.max_batch, 0.0, executor=self.inference
+        )
         index_config = IndexConfig(embedder.dimension, hnsw_threshold=self.config.hnsw_threshold)
         self.sync = IndexSync(store, index_config, block_ms=self.config.follow_block_ms)
 
@@ -125,6 +134,7 @@ class SemanticCache:
     async def stop(self) -> None:
         await self.sync.stop()
         await self.batcher.close()
+        await self.judges.close()
         self.inference.shutdown(wait=False)
 
     async def rebuild(self, progress: RebuildProgress | None = None) -> int:
@@ -171,10 +181,10 @@ class SemanticCache:
                 vector=embedding.vector,
             )
         candidate, similarity = found
-        judge = functools.partial(
-            self.rule.judge, scope.prompt, candidate.prompt, similarity, control.strictness
-        )
-        verdict = await asyncio.get_running_loop().run_in_executor(self.inference, judge)
+        question = Question(scope.prompt, candidate.prompt, similarity, control.strictness)
+        verdict = self.rule.quick_verdict(*question)
+        if verdict is None:
+            verdict = await self.judges.submit(question)
         if verdict.hit:
             await self.store.record_hit(scope.scope_id, candidate.entry_id)
         return Lookup(
@@ -249,6 +259,30 @@ class SemanticCache:
             if entry is not None and entry.created >= min_created:
                 return entry, neighbour.similarity
         return None
+
+
+class Question(NamedTuple):
+    """One pair for the rule: may `candidate`'s answer be served for `query`?"""
+
+    query: str
+    candidate: str
+    similarity: float
+    strictness: float
+
+
+def judge_questions(rule: HitRule, questions: list[Question]) -> list[Verdict]:
+    """One `judge_many` per strictness among the questions (almost always one), answers in their order."""
+    verdicts: list[Verdict | None] = [None] * len(questions)
+    for strictness in {question.strictness for question in questions}:
+        rows = [row for row, question in enumerate(questions) if question.strictness == strictness]
+        judged = rule.judge_many(
+            [(questions[row].query, questions[row].candidate) for row in rows],
+            [questions[row].similarity for row in rows],
+            strictness,
+        )
+        for row, verdict in zip(rows, judged, strict=True):
+            verdicts[row] = verdict
+    return [verdict for verdict in verdicts if verdict is not None]
 
 
 def _ms_since(started: float) -> float:

@@ -47,7 +47,7 @@ from semantic.rule import (
 )
 from semantic.scope import build_scope
 from semantic.store import RedisEntryStore
-from semantic.verdict import Verdict
+from semantic.verdict import Verdict, judge_each
 from semantic.verifier import WEIGHTS_FILE, PairVerifier
 
 # How kvgate's own development data is split (bench/train_verifier.py, bench/bench_rule.py): the verifier
@@ -270,6 +270,17 @@ class RecordingRule:
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         self.asked[(query, candidate)] = similarity
         return Verdict(False, 0.0, "deferred")
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        return judge_each(self, pairs, similarities, strictness)
+
+    def quick_verdict(
+        self, query: str, candidate: str, similarity: float, strictness: float = 0.0
+    ) -> Verdict | None:
+        """None: every pair is recorded, to be decided later by the served rule in one batch."""
+        return None
 
 
 def cache_probe(client: RedisClient, embedder: Embedder | None = None) -> ProbeFactory:

@@ -145,21 +145,19 @@ class CalibratedRule:
     def judge_many(
         self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
     ) -> list[Verdict]:
-        """Decide many (query, candidate) pairs at once: the verifier runs once over those that reach it."""
+        """Decide many (query, candidate) pairs at once: the verifier runs once over those that reach it.
+
+        Unlike `quick_verdict`, pairs past the guards are scored even where no threshold can be met, so that
+        evaluation ranks them (ROC-AUC); the decisions are the same.
+        """
         if len(pairs) != len(similarities):
             raise ValueError("one similarity per pair")
-        threshold = self.calibration.threshold_for(self.target_false_hit_rate * (1.0 - _clamp(strictness)))
-        verdicts: list[Verdict | None] = [None] * len(pairs)
-        to_verify = []
-        for index, ((query, candidate), similarity) in enumerate(zip(pairs, similarities, strict=True)):
-            if similarity < self.calibration.low_cosine:
-                verdicts[index] = Verdict(False, _unverified_score(similarity, 0.5), "below cosine gate")
-            elif (reason := first_veto(query, candidate, self._guards)) is not None:
-                verdicts[index] = Verdict(False, _unverified_score(similarity, 1.0), reason)
-            elif _same_text(query, candidate):
-                verdicts[index] = Verdict(True, 1.0, "same text")
-            else:
-                to_verify.append(index)
+        threshold = self._threshold(strictness)
+        verdicts: list[Verdict | None] = [
+            self._unverified(query, candidate, similarity)
+            for (query, candidate), similarity in zip(pairs, similarities, strict=True)
+        ]
+        to_verify = [index for index, verdict in enumerate(verdicts) if verdict is None]
         probabilities = self.verifier.probabilities([pairs[index] for index in to_verify])
         for index, probability in zip(to_verify, probabilities.tolist(), strict=True):
             score = self.calibration.combine(similarities[index], probability)
@@ -167,15 +165,44 @@ class CalibratedRule:
             verdicts[index] = Verdict(hit, score, "verified" if hit else "verifier refused")
         return [verdict for verdict in verdicts if verdict is not None]
 
+    def quick_verdict(
+        self, query: str, candidate: str, similarity: float, strictness: float = 0.0
+    ) -> Verdict | None:
+        """The verdict when the verifier is not needed, else None: below the gate, a guard's veto, the same
+        text, or a target below every calibrated one (where only the same text may hit)."""
+        verdict = self._unverified(query, candidate, similarity)
+        if verdict is None and math.isinf(self._threshold(strictness)):
+            return Verdict(
+                False, _unverified_score(similarity, 1.0), "no calibrated threshold at this target"
+            )
+        return verdict
+
+    def _unverified(self, query: str, candidate: str, similarity: float) -> Verdict | None:
+        if similarity < self.calibration.low_cosine:
+            return Verdict(False, _unverified_score(similarity, 0.5), "below cosine gate")
+        if (reason := first_veto(query, candidate, self._guards)) is not None:
+            return Verdict(False, _unverified_score(similarity, 1.0), reason)
+        if _same_text(query, candidate):
+            return Verdict(True, 1.0, "same text")
+        return None
+
+    def _threshold(self, strictness: float) -> float:
+        return self.calibration.threshold_for(self.target_false_hit_rate * (1.0 - _clamp(strictness)))
+
 
 def load_rule(
     data_dir: Path | None = None,
     target_false_hit_rate: float = DEFAULT_TARGET_FALSE_HIT_RATE,
     verifier: PairScorer | None = None,
+    *,
+    runtime: str = "auto",
+    export_dir: Path | None = None,
+    threads: int = 1,
 ) -> CalibratedRule:
     """The served rule: the user's calibration in `data_dir` if there is one, else the shipped one.
 
     A calibration fitted with other verifier weights is refused: its thresholds would mean nothing.
+    `runtime`, `export_dir` and `threads` say how the shipped verifier runs (`PairVerifier`).
     """
     from semantic.verifier import WEIGHTS_FILE, PairVerifier
 
@@ -184,7 +211,7 @@ def load_rule(
     if verifier is None:
         if calibration.verifier_sha256 != file_sha256(WEIGHTS_FILE):
             raise ValueError(f"{path} was fitted for other verifier weights; run `kvgate calibrate` again")
-        verifier = PairVerifier()
+        verifier = PairVerifier(runtime=runtime, export_dir=export_dir, threads=threads)
     return CalibratedRule(verifier, calibration, target_false_hit_rate)
 
 

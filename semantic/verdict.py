@@ -6,6 +6,7 @@ answer may be served for this prompt. Rules live in `semantic/rule.py`; the cach
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,3 +36,27 @@ class HitRule(Protocol):
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         """`similarity` is the embedder cosine; `strictness` in [0, 1] can only make hits rarer."""
         ...
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        """`judge` over many pairs at once (a model, if any, runs once over the batch)."""
+        ...
+
+    def quick_verdict(
+        self, query: str, candidate: str, similarity: float, strictness: float = 0.0
+    ) -> Verdict | None:
+        """The verdict when it needs no model (cheap checks settle it, on the event loop), else None."""
+        ...
+
+
+def judge_each(
+    rule: HitRule, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+) -> list[Verdict]:
+    """`judge_many` for a rule with no model to batch: `judge` pair by pair."""
+    if len(pairs) != len(similarities):
+        raise ValueError("one similarity per pair")
+    return [
+        rule.judge(query, candidate, similarity, strictness)
+        for (query, candidate), similarity in zip(pairs, similarities, strict=True)
+    ]

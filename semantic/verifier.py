@@ -6,10 +6,14 @@ the packaged all-MiniLM-L6-v2 encoder (`bench/train_verifier.py`) with the word 
 kvgate ships only the other weights and the head (`semantic/verifier_weights/`, fp16) and loads them on
 top of the installed base model. This module knows how to build, load and run it; it knows nothing about
 thresholds or the cache.
+
+It runs on ONNX Runtime when it can (exported at first start from these weights and cached beside the
+embedder's export, `semantic/onnx_runtime.py`), else on torch; `runtime` says which and why.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +26,18 @@ from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
 
 from semantic.embedder_source import packaged_model_dir
+from semantic.onnx_runtime import (
+    OnnxEncoder,
+    RuntimeChoice,
+    choose_runtime,
+    default_export_dir,
+    export_encoder,
+    exported,
+    quantize_int8,
+    weights_digest,
+)
+
+logger = logging.getLogger("kvgate.semantic")
 
 Probabilities = npt.NDArray[np.float32]
 
@@ -29,6 +45,7 @@ WEIGHTS_FILE = Path(__file__).parent / "verifier_weights" / "verifier.safetensor
 DEFAULT_MAX_TOKENS = 96
 # Frozen during fine-tuning and read from the installed base model: 30522 x 384 floats, most of the size.
 FROZEN_PREFIX = "encoder.embeddings.word_embeddings."
+INT8_BY_DEFAULT = False
 
 
 class PairClassifier(nn.Module):
@@ -62,13 +79,27 @@ class PairVerifier:
         weights: Path = WEIGHTS_FILE,
         base_dir: Path | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        *,
+        runtime: str = "auto",
+        export_dir: Path | None = None,
+        threads: int = 1,
+        int8: bool = INT8_BY_DEFAULT,
     ) -> None:
         base = base_dir if base_dir is not None else packaged_model_dir()
         self.tokenizer = load_tokenizer(base)
-        self.model = load_base_classifier(base)
-        load_trained_weights(self.model, weights)
-        self.model.eval()
         self.max_tokens = max_tokens
+        self.model: PairClassifier | None = None
+        self._onnx: OnnxEncoder | None = None
+        choice = choose_runtime(runtime)
+        if choice.runtime == "onnx":
+            self._onnx = OnnxEncoder(
+                exported_classifier(weights, base, export_dir or default_export_dir(), int8), threads
+            )
+            choice = RuntimeChoice("onnx", f"{choice.reason}; {'int8' if int8 else 'fp32'} weights")
+        else:
+            self.model = trained_classifier(weights, base)
+        self.runtime = choice
+        logger.info("verifier runs on %s (%s)", choice.runtime, choice.reason)
 
     def probabilities(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> Probabilities:
         """P(same meaning) for each (query, candidate) pair.
@@ -105,8 +136,35 @@ class PairVerifier:
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
                 batch = encode_pairs(self.tokenizer, [pairs[index] for index in chunk], self.max_tokens)
-                logits[chunk] = self.model(**batch).float().numpy()
+                if self._onnx is not None:
+                    logits[chunk] = self._onnx.run({key: value.numpy() for key, value in batch.items()})
+                else:
+                    assert self.model is not None
+                    logits[chunk] = self.model(**batch).float().numpy()
         return logits
+
+
+def trained_classifier(weights: Path, base_dir: Path) -> PairClassifier:
+    """The shipped classifier on torch, in eval mode."""
+    model = load_base_classifier(base_dir)
+    load_trained_weights(model, weights)
+    return model.eval()
+
+
+def exported_classifier(weights: Path, base_dir: Path, export_dir: Path, int8: bool) -> Path:
+    """The ONNX file of the trained classifier (int8: dynamically quantised), exported on first use."""
+    stem = f"verifier-{weights_digest(weights, base_dir / 'model.safetensors')}"
+
+    def export(path: Path) -> None:
+        sample = encode_pairs(
+            load_tokenizer(base_dir), [("an example", "a second example")], DEFAULT_MAX_TOKENS
+        )
+        export_encoder(trained_classifier(weights, base_dir), sample, path, "logits", {0: "batch"})
+
+    fp32 = exported(export_dir / f"{stem}.onnx", export)
+    if not int8:
+        return fp32
+    return exported(export_dir / f"{stem}-int8.onnx", lambda path: quantize_int8(fp32, path))
 
 
 def load_tokenizer(base_dir: Path) -> PreTrainedTokenizerBase:

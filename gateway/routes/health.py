@@ -22,7 +22,12 @@ async def healthz(request: Request) -> dict[str, Any]:
         "backend": state.backend.name,
         "models": state.backend.served_models(),
         "models_mode": state.backend.models_mode,
-        "embedder": {"name": state.embedder.name, "dimension": state.embedder.dimension},
+        "embedder": {
+            "name": state.embedder.name,
+            "dimension": state.embedder.dimension,
+            "runtime": state.embedder.runtime.runtime,
+        },
+        "verifier": _verifier(state.service.cache.rule),
         "generator": {
             "kind": generator.kind.value,
             "location": generator.location,
@@ -30,6 +35,14 @@ async def healthz(request: Request) -> dict[str, Any]:
         },
         "store": store,
     }
+
+
+def _verifier(rule: Any) -> dict[str, str] | None:
+    """The verifier's runtime, when the rule has a verifier that says (read by attribute: any rule fits)."""
+    choice = getattr(getattr(rule, "verifier", None), "runtime", None)
+    if choice is None:
+        return None
+    return {"name": str(rule.verifier.name), "runtime": choice.runtime, "reason": choice.reason}
 
 
 @router.get("/readyz")

@@ -97,3 +97,28 @@ def test_bad_completions_prompt(client: TestClient) -> None:
         {"model": MODEL, "prompt": "hi", "echo": True},
     ):
         assert_openai_error(client.post("/v1/completions", json=body, headers=auth()), 400)
+
+
+@pytest.mark.parametrize("route", [ROUTE, "/v1/completions"])
+def test_a_bad_key_is_refused_before_the_body_is_read(client: TestClient, route: str) -> None:
+    for headers in ({}, auth("key-nobody")):
+        response = client.post(
+            route, content=b"{not json", headers=headers | {"content-type": "application/json"}
+        )
+        assert assert_openai_error(response, 401)["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n", b"[]", b'"hi"', b"null"])
+def test_an_empty_or_non_object_body_is_400(client: TestClient, content: bytes) -> None:
+    response = client.post(ROUTE, content=content, headers=auth() | {"content-type": "application/json"})
+    assert assert_openai_error(response, 400)["type"] == "invalid_request_error"
+
+
+def test_the_completion_routes_keep_their_request_schemas_in_openapi(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, model in (
+        ("/v1/chat/completions", "ChatCompletionRequest"),
+        ("/v1/completions", "CompletionRequest"),
+    ):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["$ref"].endswith(f"/{model}")

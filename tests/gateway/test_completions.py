@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
@@ -135,6 +137,37 @@ def test_a_served_paraphrase_is_remembered_as_an_exact_hit(
     after = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
     assert after.headers["x-kvgate-cache"] == "miss"  # the purge took the remembered wording with it
     assert len(backend.calls) == 4  # the first ask, the strict one, the other tenant's, after the purge
+
+
+def remember_a_paraphrase(client: TestClient, stored_with: dict[str, str]) -> None:
+    """Store a question (with these headers), then ask a paraphrase twice: a semantic hit, then remembered."""
+    client.post("/v1/chat/completions", json=chat("How do I reset my password?"), headers=stored_with)
+    semantic = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    again = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    kinds = (semantic.headers["x-kvgate-cache"], again.headers["x-kvgate-cache"])
+    assert kinds == ("semantic-hit", "exact-hit")
+
+
+@pytest.mark.parametrize(
+    "selector", [{"tenant": "alpha"}, {"tag": "billing"}], ids=["purge by tenant", "purge by tag"]
+)
+def test_a_purge_by_tenant_or_tag_takes_the_remembered_wording_with_the_entry(
+    client: TestClient, backend: ScriptedBackend, selector: dict[str, str]
+) -> None:
+    remember_a_paraphrase(client, auth() | {"x-kvgate-tags": "billing"})
+    purged = client.post("/admin/purge", json=selector, headers=admin())
+    assert purged.json() == {"purged": 1}
+    after = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    assert after.headers["x-kvgate-cache"] == "miss"  # neither the remembered wording nor the entry is left
+    assert len(backend.calls) == 2
+
+
+def test_a_remembered_wording_expires_with_its_entry(client: TestClient, backend: ScriptedBackend) -> None:
+    remember_a_paraphrase(client, auth() | {"Cache-Control": "max-age=1"})  # stored with a one-second TTL
+    time.sleep(1.3)
+    after = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    assert after.headers["x-kvgate-cache"] == "miss"
+    assert len(backend.calls) == 2
 
 
 def test_no_store_requests_leave_nothing_remembered(client: TestClient) -> None:

@@ -15,7 +15,8 @@ def test_healthz_reports_embedded_store_and_default_models(tmp_path: Path) -> No
         body = client.get("/healthz").json()
 
     assert body["status"] == "ok"
-    assert body["embedder"] == {"name": "all-MiniLM-L6-v2", "dimension": 384}
+    assert body["embedder"] == {"name": "all-MiniLM-L6-v2", "dimension": 384, "runtime": "onnx"}
+    assert body["verifier"]["runtime"] == "onnx"  # onnxruntime is a dependency: the default runs on it
     assert body["generator"]["kind"] == "gguf" and body["generator"]["present"] is True
     assert body["store"]["kind"] == "embedded" and body["store"]["reachable"] is True
     assert body["store"]["url"] == f"unix://{tmp_path / 'store' / 'valkey.sock'}"

@@ -10,7 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.request_log import JsonFormatter
+from gateway.request_log import JsonFormatter, configure_logging
+from gateway.tracecontext import TraceContext, current_trace
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 
@@ -42,3 +43,38 @@ def test_prompts_appear_only_when_enabled(tmp_path: Path, caplog: pytest.LogCapt
     with TestClient(app) as client, caplog.at_level(logging.INFO, logger="kvgate.access"):
         client.post("/v1/chat/completions", json=chat("Tell me about Zanzibar"), headers=auth())
     assert access_lines(caplog)[0]["prompt"] == "Tell me about Zanzibar"
+
+
+def test_lines_are_written_off_the_loop_with_the_callers_trace_ids(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    level = logging.getLogger().level
+    listener = configure_logging("info", json_lines=True)
+    try:
+        token = current_trace.set(TraceContext("ab" * 16, "cd" * 8))
+        try:
+            logging.getLogger("kvgate.test").info("from the loop", extra={"tenant": "alpha"})
+            try:
+                raise ValueError("boom")
+            except ValueError:
+                logging.getLogger("kvgate.test").exception("failed")
+        finally:
+            current_trace.reset(token)
+        access = logging.getLogger("uvicorn.access")
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:1", "POST", "/v1/chat/completions", "1.1", 200)
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:1", "GET", "/healthz", "1.1", 200)
+    finally:
+        listener.stop()
+        logging.getLogger().handlers[:] = []
+        logging.getLogger().setLevel(level)
+        logging.getLogger("uvicorn.access").filters[:] = []
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    first, failed, health = lines  # uvicorn's line for a completion route is dropped: kvgate logs its own
+    assert (first["message"], first["tenant"], first["trace_id"], first["span_id"]) == (
+        "from the loop",
+        "alpha",
+        "ab" * 16,
+        "cd" * 8,
+    )
+    assert failed["message"] == "failed" and "ValueError: boom" in failed["exception"]
+    assert "/healthz" in health["message"]

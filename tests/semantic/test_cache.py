@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
 
 from semantic.cache import CacheControl, LookupKind, SemanticCache
+from semantic.embedder import SentenceEmbedder
 from semantic.purge import PurgeSelector
 from semantic.scope import RequestScope
+from semantic.store import RedisEntryStore
+from semantic.verdict import Verdict
 from tests.semantic.builders import make_request, make_scope
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -213,6 +216,53 @@ async def test_concurrent_lookups_share_embedding_batches(cache: SemanticCache) 
     miss = await cache.lookup(make_scope(UNRELATED))
     await cache.insert(make_scope(UNRELATED), "answer", vector=miss.vector)
     assert len(cache.batcher.batch_sizes) == batches + 1  # the insert reused the lookup's vector
+
+
+async def test_pairs_that_need_the_verifier_are_judged_in_shared_batches(
+    embedder: SentenceEmbedder, store: RedisEntryStore
+) -> None:
+    rule = CountingRule()
+    cache = SemanticCache(store, embedder, rule)
+    await cache.start()
+    try:
+        await _judged_in_batches(cache, rule)
+    finally:
+        await cache.stop()
+
+
+async def _judged_in_batches(cache: SemanticCache, rule: CountingRule) -> None:
+    await stored(cache, make_scope(QUESTION))
+    paraphrases = [f"How can I reset my password? ({number})" for number in range(16)]
+    found = await asyncio.gather(*(cache.lookup(make_scope(text)) for text in paraphrases))
+    assert all(result.kind is LookupKind.SEMANTIC_HIT for result in found)
+    assert sum(rule.batches) == 16 and len(rule.batches) < 16 and max(rule.batches) > 1
+    assert all(result.reason == "judged in a batch" for result in found)
+    same = await cache.lookup(make_scope("how do I reset my password"))  # settled without the model
+    assert same.kind is LookupKind.SEMANTIC_HIT and same.reason == "same text" and sum(rule.batches) == 16
+
+
+class CountingRule:
+    """Hits above cosine 0.8; the same text is settled quickly, the rest goes to `judge_many` (counted)."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        return self.judge_many([(query, candidate)], [similarity], strictness)[0]
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        self.batches.append(len(pairs))
+        return [Verdict(similarity >= 0.8, similarity, "judged in a batch") for similarity in similarities]
+
+    def quick_verdict(
+        self, query: str, candidate: str, similarity: float, strictness: float = 0.0
+    ) -> Verdict | None:
+        same = query.lower().rstrip("?") == candidate.lower().rstrip("?")
+        return Verdict(True, 1.0, "same text") if same else None
 
 
 def test_a_request_dict_goes_straight_in() -> None:

@@ -100,6 +100,23 @@ def test_judge_many_matches_judge() -> None:
     ]
 
 
+def test_quick_verdict_settles_what_needs_no_verifier_and_defers_the_rest() -> None:
+    rule = make_rule({"likely": 0.92})
+    assert rule.quick_verdict("new", "stored", 0.3).reason == "below cosine gate"  # type: ignore[union-attr]
+    assert rule.quick_verdict("What is 2+2?", "What is 2+3?", 0.97).reason == "numbers differ"  # type: ignore[union-attr]
+    assert rule.quick_verdict("Reset it?", "reset it", 0.99).hit  # type: ignore[union-attr]
+    assert rule.quick_verdict("q", "likely", 0.9) is None  # the verifier must say
+    below_every_target = make_rule({"likely": 0.999}, target=0.005)
+    verdict = below_every_target.quick_verdict("q", "likely", 0.9)
+    assert (
+        verdict is not None and not verdict.hit and verdict.reason == "no calibrated threshold at this target"
+    )
+    assert rule.verifier.asked == below_every_target.verifier.asked == 0  # type: ignore[attr-defined]
+    # Evaluation still scores such pairs (they rank in ROC-AUC), with the same decision.
+    scored = below_every_target.judge("q", "likely", 0.9)
+    assert not scored.hit and scored.score > 0.5 and below_every_target.verifier.asked == 1  # type: ignore[attr-defined]
+
+
 def test_thresholds_rise_as_the_target_falls() -> None:
     calibration = make_calibration()
     targets = [0.0, 0.001, 0.005, 0.01, 0.015, 0.02, 0.05, 0.2]
