@@ -115,6 +115,8 @@ def log_request(
     completion_tokens: int | None = None,
     prompt: str | None = None,
 ) -> None:
+    if not access_logger.isEnabledFor(logging.INFO):  # KVGATE_LOG_LEVEL above info: build nothing
+        return
     fields: dict[str, Any] = {
         "request_id": request_id,
         "route": route,

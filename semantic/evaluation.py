@@ -14,7 +14,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 from semantic.cache import CacheConfig, LookupKind, SemanticCache
 from semantic.changes import RedisClient
@@ -64,6 +65,7 @@ class LabelledPair:
     a: str
     b: str
     label: int
+    kind: str | None = None  # what the pair tests ("direction", "typo", ...), when the file says
 
 
 def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
@@ -80,7 +82,10 @@ def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
                 or not isinstance(row.get("b"), str)
             ):
                 raise ValueError(f"{path}:{number}: expected a, b (strings) and label (0 or 1)")
-            pairs.append(LabelledPair(row["a"], row["b"], int(row["label"])))
+            kind = row.get("kind")
+            pairs.append(
+                LabelledPair(row["a"], row["b"], int(row["label"]), kind if isinstance(kind, str) else None)
+            )
             if limit is not None and len(pairs) >= limit:
                 break
     return pairs
@@ -153,6 +158,20 @@ ProbeFactory = Callable[[CalibratedRule], AbstractAsyncContextManager[PairProbe]
 
 
 @dataclass(frozen=True, slots=True)
+class KindFigures:
+    """One `kind` of pair in a file that has them: how many, how many may hit, what the rule did."""
+
+    pairs: int
+    positives: int
+    hits: int
+    wrong_hits: int
+
+    @property
+    def recall(self) -> float | None:
+        return (self.hits - self.wrong_hits) / self.positives if self.positives else None
+
+
+@dataclass(frozen=True, slots=True)
 class EvalReport:
     """The figures `kvgate eval-pairs` prints; `summary()` is its last line, exactly these five keys."""
 
@@ -167,6 +186,7 @@ class EvalReport:
     target_false_hit_rate: float
     cosine_auc: float
     reasons: dict[str, int]
+    by_kind: dict[str, KindFigures] = field(default_factory=dict)
 
     def summary(self) -> dict[str, float]:
         return {
@@ -362,6 +382,8 @@ def run_eval_pairs_with_progress(path: Path, target: float, console: Console, **
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
             **options,
         )
+    if report.by_kind:
+        console.print(kind_table(report))
     console.print(
         f"{report.pairs} pairs ({report.positives} positive), {report.hits} hits at target "
         f"{report.target_false_hit_rate:.3f}; cosine AUC {report.cosine_auc:.4f}; {report.reasons}"
@@ -446,7 +468,40 @@ def score_outcomes(
         target_false_hit_rate=target,
         cosine_auc=roc_auc(similarities, labels),
         reasons=reasons,
+        by_kind=figures_by_kind(pairs, hits),
     )
+
+
+def figures_by_kind(pairs: Sequence[LabelledPair], hits: npt.NDArray[np.bool_]) -> dict[str, KindFigures]:
+    """Per `kind` (pairs without one are left out), in name order."""
+    counts: dict[str, list[int]] = {}
+    for pair, hit in zip(pairs, hits.tolist(), strict=True):
+        if pair.kind is None:
+            continue
+        row = counts.setdefault(pair.kind, [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += pair.label
+        row[2] += int(hit)
+        row[3] += int(hit and pair.label == 0)
+    return {kind: KindFigures(*counts[kind]) for kind in sorted(counts)}
+
+
+def kind_table(report: EvalReport) -> Table:
+    """The per-kind figures as a rich table: wrong hits for label-0 kinds, recall for label-1 ones."""
+    table = Table(title=f"by kind, at target {report.target_false_hit_rate:.3f}")
+    for column in ("kind", "pairs", "label 1", "hits", "wrong hits", "recall"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for kind, figures in report.by_kind.items():
+        recall = figures.recall
+        table.add_row(
+            kind,
+            str(figures.pairs),
+            str(figures.positives),
+            str(figures.hits),
+            str(figures.wrong_hits),
+            "—" if recall is None else f"{recall:.2f}",
+        )
+    return table
 
 
 def roc_auc(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.int64]) -> float:

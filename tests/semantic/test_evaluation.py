@@ -10,15 +10,18 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
+from rich.console import Console
 
 from semantic.evaluation import (
     QQP_SPLIT,
     EvalReport,
+    KindFigures,
     LabelledPair,
     PairOutcome,
     RuleProbe,
     cache_probe,
     default_embedder,
+    kind_table,
     load_pairs,
     recall_at_precision,
     roc_auc,
@@ -92,6 +95,32 @@ def test_report_summary_has_exactly_the_five_keys() -> None:
     ]
     assert (report.precision, report.recall, report.false_hit_rate) == (0.5, 0.5, 0.5)
     json.dumps(report.summary())
+
+
+def test_a_file_with_kinds_gets_figures_per_kind(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    rows = [
+        {"a": "from A to B", "b": "from B to A", "label": 0, "kind": "direction"},
+        {"a": "to X from Y", "b": "to Y from X", "label": 0, "kind": "direction"},
+        {"a": "hello there", "b": "helo there", "label": 1, "kind": "typo"},
+        {"a": "plain", "b": "pairs", "label": 1},
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pairs = load_pairs(path)
+    assert [pair.kind for pair in pairs] == ["direction", "direction", "typo", None]
+    verdicts = [
+        Verdict(True, 0.9, "verified"),
+        Verdict(False, 0.1, "x"),
+        Verdict(True, 1.0, "y"),
+        Verdict(True, 1.0, "z"),
+    ]
+    report = score_outcomes(pairs, [PairOutcome(0.9, verdict) for verdict in verdicts], 0.02)
+    assert report.by_kind == {"direction": KindFigures(2, 0, 1, 1), "typo": KindFigures(1, 1, 1, 0)}
+    assert report.by_kind["typo"].recall == 1.0 and report.by_kind["direction"].recall is None
+    rendered = Console(width=100, record=True)
+    rendered.print(kind_table(report))
+    text = rendered.export_text()
+    assert "direction" in text and "1.00" in text
 
 
 def test_load_pairs_refuses_a_bad_label(tmp_path: Path) -> None:
