@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from semantic.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _EXPRESSION = re.compile(r"\d[\d.,]*(?:\s*[-+*/^x×÷=]\s*\d[\d.,]*)+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
@@ -192,7 +194,10 @@ NEGATION = Guard("negation", "negation differs", negation_differs)
 ENTITIES = Guard("entities", "names differ", entities_differ)
 QUESTION_WORD = Guard("question_word", "question word differs", question_word_differs)
 SWAP = Guard("swap", "one word swapped for another", word_swapped)
-ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP)
+DIRECTION = Guard("direction", "direction or roles swapped", direction_swapped)
+OPPOSITE = Guard("opposite", "a word swapped for its opposite", opposite_swapped)
+UNITS = Guard("units", "units or periods differ", unit_or_period_differs)
+ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS)
 GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
 
 

@@ -34,9 +34,11 @@ from semantic.verdict import Verdict
 DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
 SHIPPED_CALIBRATION = Path(__file__).parent / "calibration.json"
 USER_CALIBRATION_NAME = "calibration.json"
-# Measured in bench/bench_rule.py: the entity guard vetoes most MRPC paraphrases and the question-word guard
-# a fifth of Quora's; numbers and negation cost little recall and stop the classic wrong hits.
-DEFAULT_GUARDS: tuple[str, ...] = ("numbers", "negation")
+# Measured in bench/bench_rule.py and bench/bench_guards.py: the entity guard vetoes most MRPC paraphrases and
+# the question-word guard a fifth of Quora's; numbers and negation cost little recall and stop the classic
+# wrong hits; direction, opposite and units veto under 0.5% of the reviewed Quora paraphrases and catch most
+# minimal edits of their kind (docs/benchmarks.md, "guards").
+DEFAULT_GUARDS: tuple[str, ...] = ("numbers", "negation", "direction", "opposite", "units")
 CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
 # false-hit rate too noisy to bound anything.

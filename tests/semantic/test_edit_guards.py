@@ -1,0 +1,87 @@
+"""Minimal-edit guards: swapped direction, an opposite word, another unit or period; and what they let pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from semantic.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+from semantic.guards import GUARDS_BY_NAME, first_veto
+from semantic.rule import DEFAULT_GUARDS, SHIPPED_CALIBRATION, Calibration
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("How do I redirect HTTP to HTTPS in nginx?", "How do I redirect HTTPS to HTTP in nginx?"),
+        ("Convert a PDF into a Word file", "Convert a Word file into a PDF"),
+        ("Is a cat faster than a dog?", "Is a dog faster than a cat?"),
+        ("Flights from Paris to Rome in May", "Flights from Rome to Paris in May"),
+    ],
+)
+def test_a_swapped_direction_is_caught(query: str, candidate: str) -> None:
+    assert direction_swapped(query, candidate) and direction_swapped(candidate, query)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("In Python, how do I sort a list?", "How do I sort a list in Python?"),  # a clause moved whole
+        ("How do I redirect HTTP to HTTPS?", "how do I redirect http to https"),  # the same text
+        ("How do I go from Paris to Rome?", "How can I get from Paris to Rome?"),  # other words
+    ],
+)
+def test_reordering_or_rewording_is_not_a_swap(query: str, candidate: str) -> None:
+    assert not direction_swapped(query, candidate)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("Which planet is closest to the Sun?", "Which planet is farthest from the Sun?"),
+        ("What is the cheapest flight to Tokyo?", "What is the most expensive flight to Tokyo?"),
+        ("How do I upload photos to Google Drive?", "How do I download photos from Google Drive?"),
+        ("Should I stretch before running?", "Should I stretch after running?"),
+    ],
+)
+def test_an_opposite_word_is_caught(query: str, candidate: str) -> None:
+    assert opposite_swapped(query, candidate) and opposite_swapped(candidate, query)
+
+
+def test_both_sides_named_is_not_an_opposite() -> None:
+    assert not opposite_swapped("What are the pros and cons of solar power?", "Solar power: cons and pros?")
+    assert not opposite_swapped("What is the best laptop?", "Which laptop is the best one?")
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("How many km is a marathon?", "How many miles is a marathon?"),
+        ("How much should I save per month?", "How much should I save per year?"),
+        ("Set an alarm for 5am", "Set an alarm for 5 pm"),
+        ("Bake at 180°C for how long?", "Bake at 180°F for how long?"),
+    ],
+)
+def test_another_unit_or_period_is_caught(query: str, candidate: str) -> None:
+    assert unit_or_period_differs(query, candidate) and unit_or_period_differs(candidate, query)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("How many kilometres is a marathon?", "How many km is a marathon?"),  # one unit, two spellings
+        ("I've tried for weeks. How do I unclog a drain?", "How do I unclog a drain?"),  # context, one side
+        ("Am I eligible for a refund?", "Can I get a refund?"),  # "am", "ml", "hr" are not units as words
+        ("What does HR do?", "What does ML do?"),
+    ],
+)
+def test_the_same_or_one_sided_units_pass(query: str, candidate: str) -> None:
+    assert not unit_or_period_differs(query, candidate)
+
+
+def test_the_new_guards_are_named_and_shipped_on() -> None:
+    assert {"direction", "opposite", "units"} <= set(DEFAULT_GUARDS)
+    assert Calibration.load(SHIPPED_CALIBRATION).guards == DEFAULT_GUARDS
+    guards = tuple(GUARDS_BY_NAME[name] for name in DEFAULT_GUARDS)
+    assert first_veto("Is tea healthier than coffee?", "Is coffee healthier than tea?", guards) == (
+        "direction or roles swapped"
+    )
