@@ -11,12 +11,15 @@ on the reviewed Quora pairs and MRPC, vetoes among positives and among negatives
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from semantic.evaluation import LabelledPair, load_pairs
-from semantic.guards import ALL_GUARDS, Guard
+from semantic.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard, first_veto
+from semantic.near_duplicate import near_duplicate_reason
+from semantic.rule import DEFAULT_GUARDS
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETS = ("qqp_dev_reviewed_6k.jsonl", "mrpc_train.jsonl", "qqp_dev.jsonl")
@@ -50,6 +53,26 @@ def main(argv: list[str] | None = None) -> int:
         negatives = [pair for pair in pairs if pair.label == 0]
         cells = [f"{share(guard, positives)} / {share(guard, negatives)}" for guard in ALL_GUARDS]
         print(f"| {name} | {len(pairs)} | " + " | ".join(cells) + " |")
+    print("\n## near-duplicate path: hits without the verifier, after the default guards\n")
+    print("| set | pairs | hits | wrong hits | precision | recall | by reason |")
+    print("|---|---|---|---|---|---|---|")
+    guards = tuple(GUARDS_BY_NAME[name] for name in DEFAULT_GUARDS)
+    for name in ("adversarial_dev.jsonl", *SETS):
+        pairs = load_pairs(DATA_DIR / name)
+        reasons = [
+            near_duplicate_reason(pair.b, pair.a) if first_veto(pair.b, pair.a, guards) is None else None
+            for pair in pairs
+        ]
+        hits = [pair for pair, reason in zip(pairs, reasons, strict=True) if reason is not None]
+        wrong = [pair for pair in hits if pair.label == 0]
+        positives = sum(pair.label for pair in pairs)
+        counted = Counter(reason for reason in reasons if reason is not None)
+        precision = f"{1 - len(wrong) / len(hits):.4f}" if hits else "—"
+        print(
+            f"| {name} | {len(pairs)} | {len(hits)} | {len(wrong)} | {precision} | {(len(hits) - len(wrong)) / positives:.3f} | {dict(counted)} |"
+        )
+        for pair in wrong[:5]:
+            print(f"|  wrong: | {pair.a!r} | {pair.b!r} | | | | |")
     return 0
 
 

@@ -19,7 +19,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semantic.guards import GUARDS_BY_NAME, Guard, first_veto
+from semantic.near_duplicate import near_duplicate_reason
 from semantic.verdict import Verdict
 
 DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
@@ -184,8 +184,8 @@ class CalibratedRule:
             return Verdict(False, _unverified_score(similarity, 0.5), "below cosine gate")
         if (reason := first_veto(query, candidate, self._guards)) is not None:
             return Verdict(False, _unverified_score(similarity, 1.0), reason)
-        if _same_text(query, candidate):
-            return Verdict(True, 1.0, "same text")
+        if (reason := near_duplicate_reason(query, candidate)) is not None:
+            return Verdict(True, 1.0, reason)
         return None
 
     def _threshold(self, strictness: float) -> float:
@@ -327,11 +327,3 @@ def _unverified_score(similarity: float, weight: float) -> float:
 
 def _clamp(value: float) -> float:
     return min(max(value, 0.0), 1.0)
-
-
-def _same_text(query: str, candidate: str) -> bool:
-    return _normalise(query) == _normalise(candidate)
-
-
-def _normalise(text: str) -> str:
-    return re.sub(r"[^\w]+", " ", text.lower()).strip()

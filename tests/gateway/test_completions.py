@@ -179,3 +179,21 @@ def test_no_store_requests_leave_nothing_remembered(client: TestClient) -> None:
     again = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
     assert first.headers["x-kvgate-cache"] == "semantic-hit"
     assert again.headers["x-kvgate-cache"] == "semantic-hit"
+
+
+def test_at_the_default_target_a_near_duplicate_hits_and_a_direction_swap_misses(tmp_path: Path) -> None:
+    backend = ScriptedBackend()
+    settings = make_settings(tmp_path, target_false_hit_rate=0.02)  # the default, stated
+    with TestClient(create_app(settings, backend_factory=lambda _: backend)) as client:
+        client.post(
+            "/v1/chat/completions", json=chat("How do I redirect HTTP to HTTPS in nginx?"), headers=auth()
+        )
+        asked = {
+            "Quick question: how do I redirect HTTP to HTTPS in nginx? Thanks!": "semantic-hit",
+            "How do I redirect HTTP to HTTPS in ngnix?": "semantic-hit",  # a typo
+            "How do I redirect HTTPS to HTTP in nginx?": "miss",  # the other direction
+        }
+        for prompt, expected in asked.items():
+            response = client.post("/v1/chat/completions", json=chat(prompt), headers=auth())
+            assert response.headers["x-kvgate-cache"] == expected, prompt
+    assert len(backend.calls) == 2

@@ -1,0 +1,46 @@
+"""Near-duplicates hit without the verifier; anything that could change the answer does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from semantic.near_duplicate import near_duplicate_reason
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "reason"),
+    [
+        ("How do I reset my password?", "how do i reset my password", "same text"),
+        ("How often should I water a snake plant?", "Quick question: how often should I water a snake plant? Thanks!", "same words"),
+        ("What's a null hypothesis?", "What is a null hypothesis? Please", "same words"),
+        ("How do I get an EIN for my LLC?", "How do I get an employer identification number for my limited liability company?", "same words"),
+        ("How do I recieve a refund?", "How do I receive a refund?", "one word spelt differently"),
+        ("What colour is the sky at dusk?", "What color is the sky at dusk?", "one word spelt differently"),
+        ("Where is the city centre?", "Where is the city center?", "one word spelt differently"),
+        ("In Python, how do I sort a list?", "How do I sort a list in Python?", "a clause moved"),
+    ],
+)  # fmt: skip
+def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
+    assert near_duplicate_reason(asked, stored) == reason
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("What does ~ mean in C++?", "What does % mean in C++?"),  # symbols are words here
+        (
+            "What is the difference between () and [] in Python?",
+            "What is the difference between = and == in Python?",
+        ),
+        ("How do I translate '才' to English?", "How do I translate 笑点 to English?"),
+        ("Does a dog bite a man?", "Does a man bite a dog?"),  # the same words, not a clause moved
+        ("Where is the desert?", "Where is the dessert?"),  # two words, not a typo
+        ("What is an angle?", "What is an angel?"),
+        ("Is ain't a word?", "Is amn't a word?"),
+        ("How do I reset my password?", "How can I reset my password?"),  # a rewording: the verifier's call
+        ("Tell me about Paris", "Tell me about Rome"),
+        ("Thanks", "Please"),  # nothing but filler: never a hit
+    ],
+)
+def test_what_could_change_the_answer_is_not_a_near_duplicate(stored: str, asked: str) -> None:
+    assert near_duplicate_reason(asked, stored) is None
