@@ -48,7 +48,7 @@ from semantic.rule import (
 )
 from semantic.scope import build_scope
 from semantic.store import RedisEntryStore
-from semantic.verdict import Verdict, judge_each
+from semantic.verdict import PairByPair, Verdict
 from semantic.verifier import WEIGHTS_FILE, PairVerifier
 
 # How kvgate's own development data is split (bench/train_verifier.py, bench/bench_rule.py): the verifier
@@ -279,7 +279,7 @@ class CacheProbe:
         return [outcome for outcome in outcomes if outcome is not None]
 
 
-class RecordingRule:
+class RecordingRule(PairByPair):
     """A `HitRule` that refuses every pair and remembers what it was asked, keyed by (query, candidate)."""
 
     name = "recording"
@@ -290,11 +290,6 @@ class RecordingRule:
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         self.asked[(query, candidate)] = similarity
         return Verdict(False, 0.0, "deferred")
-
-    def judge_many(
-        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
-    ) -> list[Verdict]:
-        return judge_each(self, pairs, similarities, strictness)
 
     def quick_verdict(
         self, query: str, candidate: str, similarity: float, strictness: float = 0.0

@@ -147,6 +147,11 @@ def _misspelt(first: str, second: str) -> bool:
     return (first not in known or second not in known) and _one_edit(first, second)
 
 
+def warm() -> None:
+    """Read the vocabulary now (at rule load, off the event loop), not on the first lookup that needs it."""
+    _vocabulary()
+
+
 @functools.cache
 def _vocabulary() -> frozenset[str]:
     """The whole words of the packaged MiniLM's WordPiece vocabulary (~20k English words and names)."""

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from semantic import near_duplicate
 from semantic.guards import GUARDS_BY_NAME, Guard, first_veto
 from semantic.near_duplicate import near_duplicate_reason
 from semantic.verdict import Verdict
@@ -214,6 +215,7 @@ def load_rule(
         if calibration.verifier_sha256 != file_sha256(WEIGHTS_FILE):
             raise ValueError(f"{path} was fitted for other verifier weights; run `kvgate calibrate` again")
         verifier = PairVerifier(runtime=runtime, export_dir=export_dir, threads=threads)
+    near_duplicate.warm()
     return CalibratedRule(verifier, calibration, target_false_hit_rate)
 
 

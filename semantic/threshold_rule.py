@@ -6,14 +6,13 @@ own tests use (their subject is the cache, not the decision). Knows only the `Hi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from semantic.verdict import Verdict, judge_each
+from semantic.verdict import PairByPair, Verdict
 
 
 @dataclass(frozen=True, slots=True)
-class CosineThresholdRule:
+class CosineThresholdRule(PairByPair):
     """Hit when similarity >= threshold; strictness s moves the threshold to t + (1 - t) * s."""
 
     threshold: float = 0.9
@@ -30,11 +29,6 @@ class CosineThresholdRule:
         if similarity >= threshold:
             return Verdict(hit=True, score=score, reason="at or above threshold")
         return Verdict(hit=False, score=score, reason="below threshold")
-
-    def judge_many(
-        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
-    ) -> list[Verdict]:
-        return judge_each(self, pairs, similarities, strictness)
 
     def quick_verdict(
         self, query: str, candidate: str, similarity: float, strictness: float = 0.0

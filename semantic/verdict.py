@@ -50,13 +50,20 @@ class HitRule(Protocol):
         ...
 
 
-def judge_each(
-    rule: HitRule, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
-) -> list[Verdict]:
-    """`judge_many` for a rule with no model to batch: `judge` pair by pair."""
-    if len(pairs) != len(similarities):
-        raise ValueError("one similarity per pair")
-    return [
-        rule.judge(query, candidate, similarity, strictness)
-        for (query, candidate), similarity in zip(pairs, similarities, strict=True)
-    ]
+class PairByPair:
+    """`judge_many` for a rule with no model to batch: `judge` pair by pair (mixed into such rules)."""
+
+    __slots__ = ()
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        raise NotImplementedError
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        if len(pairs) != len(similarities):
+            raise ValueError("one similarity per pair")
+        return [
+            self.judge(query, candidate, similarity, strictness)
+            for (query, candidate), similarity in zip(pairs, similarities, strict=True)
+        ]
