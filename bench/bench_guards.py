@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from semantic.evaluation import LabelledPair, load_pairs
 from semantic.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard, first_veto
 from semantic.near_duplicate import near_duplicate_reason
+from semantic.pair_sets import LabelledPair, load_pairs
 from semantic.rule import DEFAULT_GUARDS
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"

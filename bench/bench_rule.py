@@ -3,10 +3,11 @@
     .venv/bin/python bench/bench_rule.py                       # report only
     .venv/bin/python bench/bench_rule.py --write-calibration   # also refit semantic/calibration.json
 
-Splits are those of `semantic.evaluation` (QQP_SPLIT, MRPC_SPLIT): the calibration is fitted on
-qqp `calibration`, every figure is reported on qqp `test` and mrpc `test`, none of which the verifier
-was trained on. Prints, per split: what each guard, the verifier and their combination reach at 95%
-precision; then the calibrated rule at targets 1/2/5% next to a plain cosine threshold; then latency.
+Splits are those of `semantic.pair_sets`: the calibration is fitted on the `calibration` parts of the
+reviewed Quora sample and the adversarial pairs together; every figure is reported on their `test` parts
+and on mrpc `test`, none of which the verifier trained on. Prints, per split: what each guard, the
+verifier and their combination reach at 95% precision; then the calibrated rule at each target next to a
+plain cosine threshold; then latency.
 Cosines and verifier scores are cached under bench/out/ (delete it after retraining the verifier).
 """
 
@@ -25,18 +26,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from semantic.evaluation import (
-    MRPC_SPLIT,
-    QQP_SPLIT,
-    LabelledPair,
     PairOutcome,
     default_embedder,
-    load_pairs,
     recall_at_precision,
     roc_auc,
     score_outcomes,
-    split_pairs,
 )
 from semantic.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
+from semantic.near_duplicate import near_duplicate_reason
+from semantic.pair_sets import ADVERSARIAL_FILE, DEV_SPLIT, MRPC_FILE, REVIEWED_FILE, LabelledPair, file_part
 from semantic.rule import (
     DEFAULT_GUARDS,
     SHIPPED_CALIBRATION,
@@ -50,7 +48,7 @@ from semantic.verifier import WEIGHTS_FILE, PairVerifier
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parent / "out"
 LOW_COSINE = 0.5
-TARGETS = (0.01, 0.02, 0.05, 0.10, 0.20)
+REPORTED = ("reviewed/test", "adversarial/test", "mrpc/test")
 Floats = npt.NDArray[np.float64]
 
 
@@ -65,6 +63,16 @@ class Features:
 
     def vetoed(self, guards: Sequence[Guard]) -> npt.NDArray[np.bool_]:
         return np.array([any(guard.differs(pair.b, pair.a) for guard in guards) for pair in self.pairs])
+
+    def near_duplicates(self) -> npt.NDArray[np.bool_]:
+        return np.array([near_duplicate_reason(pair.b, pair.a) is not None for pair in self.pairs])
+
+    def __add__(self, other: Features) -> Features:
+        return Features(
+            self.pairs + other.pairs,
+            np.concatenate([self.cosines, other.cosines]),
+            np.concatenate([self.probabilities, other.probabilities]),
+        )
 
 
 class MemoScorer:
@@ -103,34 +111,38 @@ def main() -> None:
         raise SystemExit(f"unknown guards {sorted(unknown)}")
     torch.set_num_threads(args.threads)
 
-    qqp = split_pairs(load_pairs(args.data_dir / "qqp_dev.jsonl"), QQP_SPLIT)
-    mrpc = split_pairs(load_pairs(args.data_dir / "mrpc_train.jsonl"), MRPC_SPLIT)
     verifier = PairVerifier(weights=args.weights)
     sha = file_sha256(args.weights)
-    splits = {"qqp/calibration": qqp["calibration"], "qqp/test": qqp["test"], "mrpc/test": mrpc["test"]}
+    splits = {
+        f"{name}/{part}": file_part(args.data_dir / file, part)
+        for name, file in (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE))
+        for part in ("calibration", "test")
+    }
+    splits["mrpc/test"] = file_part(args.data_dir / MRPC_FILE, "test")
     features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
 
-    for name in ("qqp/test", "mrpc/test"):
+    for name in REPORTED:
         report_components(name, features[name], guard_names)
 
-    calibration_features = features["qqp/calibration"]
+    calibration_features = features["reviewed/calibration"] + features["adversarial/calibration"]
     guards = tuple(GUARDS_BY_NAME[guard] for guard in guard_names)
     calibration = fit_calibration(
         calibration_features.cosines,
         calibration_features.probabilities,
         calibration_features.vetoed(guards),
         calibration_features.labels,
+        near_duplicates=calibration_features.near_duplicates(),
         low_cosine=LOW_COSINE,
         guards=guard_names,
         verifier_sha256=sha,
         fitted_on={
-            "file": "qqp_dev.jsonl",
+            "files": [REVIEWED_FILE, ADVERSARIAL_FILE],
             "part": "calibration",
-            "split": QQP_SPLIT,
+            "split": DEV_SPLIT,
             "pairs": len(calibration_features.pairs),
         },
     )
-    print("\ncalibration (qqp/calibration):")
+    print("\ncalibration (reviewed/calibration + adversarial/calibration):")
     for point in calibration.points:
         print(
             f"  target {point.target:.3f}: threshold {point.threshold:.4f}  fhr {point.false_hit_rate:.4f}  "
@@ -139,9 +151,9 @@ def main() -> None:
     if args.write_calibration:
         print(f"wrote {calibration.save(SHIPPED_CALIBRATION)}")
 
-    for name in ("qqp/test", "mrpc/test"):
+    for name in REPORTED:
         report_rule(name, features[name], calibration)
-    report_latency(verifier, calibration, features["qqp/test"])
+    report_latency(verifier, calibration, features["reviewed/test"])
 
 
 def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str) -> Features:
@@ -211,7 +223,7 @@ def report_components(name: str, features: Features, chosen: tuple[str, ...]) ->
 def report_rule(name: str, features: Features, calibration: Calibration) -> None:
     """The calibrated rule at each target, next to the plain cosine threshold with the same recall."""
     print(f"\n{name}: calibrated rule (gate {calibration.low_cosine}, guards {'+'.join(calibration.guards)})")
-    for target in TARGETS:
+    for target in [point.target for point in calibration.points]:  # every target the calibration claims
         rule = CalibratedRule(MemoScorer(features), calibration, target)
         questions = [(pair.b, pair.a) for pair in features.pairs]
         verdicts = rule.judge_many(questions, features.cosines.tolist())
@@ -219,20 +231,12 @@ def report_rule(name: str, features: Features, calibration: Calibration) -> None
             PairOutcome(float(cos), verdict) for cos, verdict in zip(features.cosines, verdicts, strict=True)
         ]
         report = score_outcomes(features.pairs, outcomes, target)
-        plain = precision_at_recall(features.cosines, features.labels, report.recall)
+        plain = report.baseline_precision_at_same_recall
         print(
-            f"  target {target:.2f}: precision {report.precision:.4f} recall {report.recall:.4f} "
+            f"  target {target:.3f}: precision {report.precision:.4f} recall {report.recall:.4f} "
             f"fhr {report.false_hit_rate:.4f} auc {report.auc:.4f} hits {report.hits} | cosine: recall at "
             f"this precision {report.baseline_recall_at_same_precision:.4f}, precision at this recall {plain:.4f}"
         )
-
-
-def precision_at_recall(similarities: Floats, labels: npt.NDArray[np.int_], recall: float) -> float:
-    """Precision of the plain threshold that first reaches `recall`."""
-    order = np.argsort(-similarities, kind="stable")
-    true_hits = np.cumsum(labels[order])
-    reached = np.flatnonzero(true_hits >= recall * labels.sum())
-    return float(true_hits[reached[0]] / (reached[0] + 1)) if len(reached) else 0.0
 
 
 def report_latency(verifier: PairVerifier, calibration: Calibration, features: Features) -> None:

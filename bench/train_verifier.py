@@ -1,27 +1,29 @@
 """Fine-tune the semantic cache's verifier (a MiniLM cross-encoder) on CPU and write its shipped weights.
 
     .venv/bin/python bench/train_verifier.py --probe         # time a few batches, write nothing
-    .venv/bin/python bench/train_verifier.py --minutes 0 --steps 1300   # exactly reproducible, one run
+    .venv/bin/python bench/train_verifier.py --steps 4200 --minutes 70   # the shipped weights (2 cores)
+    .venv/bin/python bench/train_verifier.py --minutes 0 --steps 4200    # exactly reproducible, steps only
 
-The shipped weights came from four time-bounded runs on 2 cores (the seeded batch stream is continued
-across them with --resume / --skip-batches; the learning rate warms up and decays per run): three on the
-labelled pairs only (~1,290 steps, 1.3 epochs; bench/out and docs/benchmarks.md call them the first
-weights), then one with the implied pairs added:
+The shipped weights come from one run from the packaged all-MiniLM-L6-v2 (docs/benchmarks.md has its loss
+and time). With --minutes the learning-rate schedule decays by whichever of steps or time runs out first,
+so a slower machine trains fewer steps; --minutes 0 makes the run depend only on the seed. A checkpoint is
+written every 500 steps beside --out.
 
-    bench/train_verifier.py --resume <first weights> --skip-batches 1300 --steps 3200 --minutes 60
-    # 2,659 steps of 32 (2.5 epochs of 34,345 pairs) in 60 min; training loss 0.34 -> 0.23
-
-Data (read from ../shared/data/, never shipped): the `train` part of qqp_dev.jsonl and the `train` part
-of mrpc_train.jsonl, as split by `semantic.evaluation.split_pairs` (QQP_SPLIT, MRPC_SPLIT there); the
-`calibration` and `test` parts are never seen here. Each pair is shown in a random order (a, b) or
-(b, a): the relation is symmetric. The word embeddings stay frozen, so only the rest ships. Quora's
-train part also yields the pairs its labels imply (`implied_pairs`, +3,503; `--no-implied` to skip).
+Data (read from ../shared/data/, never shipped), the labels aligned with the cache's rubric
+(`training_pairs`): the train parts of the reviewed Quora sample and of the adversarial pairs
+(`semantic/pair_sets.py`), raw Quora pairs taught as soft targets (`soft_targets`: P(rubric label |
+Quora label, how the texts' words differ), counted on the reviewed train part), the pairs Quora's labels
+imply, MRPC's train part, and minimal pairs made from Quora train texts and task requests
+(`bench/minimal_pairs.py`). No text of a calibration or test part is seen here. Each pair is shown in a
+random order (a, b) or (b, a). The word embeddings stay frozen, so only the rest ships (fp16, 21 MB).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -31,8 +33,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.minimal_pairs import minimal_pairs, task_pairs
 from semantic.embedder_source import packaged_model_dir
-from semantic.evaluation import MRPC_SPLIT, QQP_SPLIT, LabelledPair, load_pairs, split_pairs, text_groups
+from semantic.pair_sets import (
+    ADVERSARIAL_FILE,
+    MRPC_FILE,
+    QQP_FILE,
+    REVIEWED_FILE,
+    LabelledPair,
+    file_part,
+    held_out_texts,
+    load_pairs,
+    text_groups,
+)
 from semantic.verifier import (
     FROZEN_PREFIX,
     WEIGHTS_FILE,
@@ -84,6 +97,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     examples = training_pairs(args.data_dir, transitive=not args.no_implied)
+    soft = soft_targets(args.data_dir)
+    print(f"raw Quora labels taught as P(rubric 1): {soft}", flush=True)
     print(f"{len(examples)} training pairs; {args.steps} steps of {args.batch_size}", flush=True)
     base = packaged_model_dir()
     tokenizer = load_tokenizer(base)
@@ -115,13 +130,22 @@ def main() -> None:
             group["lr"] = args.learning_rate * min((step + 1) / warmup, 1.0 - progress)
         texts = [(pair.a, pair.b) if random.random() < 0.5 else (pair.b, pair.a) for pair in chunk]
         batch = encode_pairs(tokenizer, texts, args.max_tokens)
-        labels = torch.tensor([float(pair.label) for pair in chunk])
+        labels = torch.tensor(
+            [
+                soft.get((pair.label, overlap_bucket(pair.a, pair.b)), float(pair.label))
+                if pair.kind == RAW_QUORA
+                else float(pair.label)
+                for pair in chunk
+            ]
+        )
         loss = loss_fn(model(**batch), labels)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         running = 0.98 * running + 0.02 * loss.item() if step else loss.item()
+        if not args.probe and step and step % 500 == 0:
+            save_trained_weights(model, args.out.with_suffix(".checkpoint.safetensors"))
         if args.probe or step % 50 == 0 or step == steps - 1:
             elapsed = time.perf_counter() - started
             print(
@@ -161,14 +185,77 @@ def length_grouped_batches(
     return batches
 
 
-def training_pairs(data_dir: Path, transitive: bool = True) -> list[LabelledPair]:
-    """The train parts of both files; epochs over Quora outnumber MRPC about 14 to 1, as in the files.
+RAW_QUORA = "quora-raw"
 
-    With `transitive`, Quora's train part also yields the pairs its labels imply (`implied_pairs`).
+
+def training_pairs(data_dir: Path, transitive: bool = True, seed: int = SEED) -> list[LabelledPair]:
+    """Everything the verifier learns from; no text of a calibration or test part (`held_out_texts`).
+
+    - reviewed Quora train part (rubric labels, shown twice) and adversarial train part (shown three times);
+    - raw Quora pairs not in the reviewed sample, kind `quora-raw` (soft targets, `soft_targets`), and with
+      `transitive` the pairs their labels imply; any Quora group touching a held-out text is left out;
+    - MRPC's train part;
+    - minimal pairs made from Quora train texts and task requests (`bench/minimal_pairs.py`).
     """
-    qqp = split_pairs(load_pairs(data_dir / "qqp_dev.jsonl"), QQP_SPLIT)["train"]
-    mrpc = split_pairs(load_pairs(data_dir / "mrpc_train.jsonl"), MRPC_SPLIT)["train"]
-    return qqp + (implied_pairs(qqp) if transitive else []) + mrpc
+    rng = random.Random(seed)
+    held_out = held_out_texts(data_dir)
+    quora = load_pairs(data_dir / QQP_FILE)
+    group_of = text_groups(quora)
+    tainted = {group_of[text] for text in held_out if text in group_of}
+    reviewed = {frozenset((pair.a, pair.b)) for pair in load_pairs(data_dir / REVIEWED_FILE)}
+    raw = [
+        LabelledPair(pair.a, pair.b, pair.label, RAW_QUORA)
+        for pair in quora
+        if group_of[pair.a] not in tainted and frozenset((pair.a, pair.b)) not in reviewed
+    ]
+    implied = [LabelledPair(p.a, p.b, p.label, RAW_QUORA) for p in implied_pairs(raw)] if transitive else []
+    reviewed_train = file_part(data_dir / REVIEWED_FILE, "train")
+    adversarial_train = file_part(data_dir / ADVERSARIAL_FILE, "train")
+    mrpc = file_part(data_dir / MRPC_FILE, "train")
+    texts = sorted({text for pair in raw for text in (pair.a, pair.b)})
+    made = minimal_pairs(rng.sample(texts, min(len(texts), 16000)), rng) + task_pairs(rng, 3000)
+    return raw + implied + 2 * reviewed_train + 3 * adversarial_train + mrpc + made
+
+
+def soft_targets(data_dir: Path) -> dict[tuple[int, str], float]:
+    """(Quora label, `overlap_bucket`) -> P(rubric label 1), counted on the reviewed sample's train part.
+
+    A raw Quora label is taught as that probability, not as a certainty: on the reviewed train part a Quora
+    "duplicate" whose texts share every content word is a rubric duplicate 94% of the time, one whose texts
+    differ by six or more content words 50% of the time (B often asks for more).
+    """
+    train = {frozenset((pair.a, pair.b)) for pair in file_part(data_dir / REVIEWED_FILE, "train")}
+    counts: dict[tuple[int, str], list[int]] = {}
+    with (data_dir / REVIEWED_FILE).open(encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            if frozenset((row["a"], row["b"])) in train:
+                key = (int(row["quora_label"]), overlap_bucket(row["a"], row["b"]))
+                counts.setdefault(key, [0, 0])[int(row["label"])] += 1
+    # One pseudo-count each way keeps a small bucket from teaching 0 or 1 outright.
+    return {key: (ones + 1) / (zeros + ones + 2) for key, (zeros, ones) in counts.items()}
+
+
+_STOP_WORDS = frozenset(
+    ["a", "an", "the", "of", "to", "in", "on", "for", "is", "are", "was", "were", "do", "does", "did", "how",
+     "what", "why", "which", "who", "when", "where", "i", "my", "me", "you", "your", "it", "this", "that",
+     "be", "can", "should", "will", "would", "and", "or", "with", "from", "by", "at", "as"]
+)  # fmt: skip
+
+
+def overlap_bucket(first: str, second: str) -> str:
+    """How the two texts' content words differ: none, one contains the other (+1-2 or +3 words), or neither
+    (1-2, 3-5 or 6+ words in one text only)."""
+    one, other = (
+        {word for word in re.findall(r"[a-z0-9]+", text.lower()) if word not in _STOP_WORDS}
+        for text in (first, second)
+    )
+    differing = len(one ^ other)
+    if differing == 0:
+        return "same"
+    if one <= other or other <= one:
+        return "contains+1-2" if differing <= 2 else "contains+3"
+    return "neither1-2" if differing <= 2 else "neither3-5" if differing <= 5 else "neither6+"
 
 
 def implied_pairs(pairs: list[LabelledPair], max_group: int = 6) -> list[LabelledPair]:

@@ -168,6 +168,27 @@ def _mark(present: bool) -> str:
     return "yes" if present else "[red]missing[/red]"
 
 
+_PART_HELP = (
+    "all, or a part (train, calibration, test) of one of kvgate's development sets, split as "
+    "semantic/pair_sets.py says"
+)
+
+
+def _check_part(file: Path, part: str) -> None:
+    from semantic.pair_sets import SPLITS_BY_FILE
+
+    if part == "all":
+        return
+    fractions = SPLITS_BY_FILE.get(file.name)
+    if fractions is None:
+        raise typer.BadParameter(
+            f"{file.name} is not a development set ({', '.join(SPLITS_BY_FILE)}); use --part all",
+            param_hint="--part",
+        )
+    if part not in fractions:
+        raise typer.BadParameter(f"{file.name} has parts {', '.join(fractions)}", param_hint="--part")
+
+
 @app.command("eval-pairs")
 def eval_pairs(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON Lines of {a, b, label}.")],
@@ -175,20 +196,23 @@ def eval_pairs(
         float, typer.Option(min=0.001, max=0.5, help="The rule's bound on wrong hits among hits.")
     ] = 0.02,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs.")] = None,
+    part: Annotated[str, typer.Option(help=_PART_HELP)] = "all",
 ) -> None:
     """Run the real cache (store + index + rule) on labelled pairs: store `a`, look up `b`, in a scope per pair.
 
-    Prints precision, recall, false-hit rate, ROC-AUC and a plain cosine threshold's recall at the same
-    precision; the last line is one JSON object with those keys.
+    Prints precision, recall, false-hit rate, ROC-AUC and what a plain cosine threshold does at the same
+    precision and at the same recall; the last line is one JSON object with those keys.
     """
     from semantic.evaluation import cache_probe, run_eval_pairs_with_progress
 
+    _check_part(file, part)
     settings = Settings()
     with _redis_client(settings) as client:
         run_eval_pairs_with_progress(
             file,
             target_false_hit_rate,
             console,
+            part=part,
             probe_factory=cache_probe(client),
             data_dir=settings.data_dir,
             limit=limit,
@@ -197,10 +221,16 @@ def eval_pairs(
 
 @app.command()
 def calibrate(
-    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON Lines of {a, b, label}.")],
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs.")] = None,
+    files: Annotated[
+        list[Path], typer.Argument(exists=True, dir_okay=False, help="JSON Lines of {a, b, label}.")
+    ],
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs of each file.")] = None,
+    part: Annotated[str, typer.Option(help=_PART_HELP)] = "all",
 ) -> None:
-    """Fit the semantic rule's target -> threshold map to labelled pairs; `serve` then uses it."""
+    """Fit the semantic rule's target -> threshold map to labelled pairs; `serve` then uses it.
+
+    The shipped calibration: `kvgate calibrate qqp_dev_reviewed_6k.jsonl adversarial_dev.jsonl --part calibration`.
+    """
     from rich.progress import MofNCompleteColumn
 
     from semantic.evaluation import calibrate as fit_calibration
@@ -210,9 +240,12 @@ def calibrate(
     out.parent.mkdir(parents=True, exist_ok=True)
     with Progress(TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
         task = bar.add_task("pairs", total=None)
+        for file in files:
+            _check_part(file, part)
         fit_calibration(
-            file,
+            files,
             out,
+            part=part,
             limit=limit,
             on_progress=lambda done, total: bar.update(task, completed=done, total=total),
         )

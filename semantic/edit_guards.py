@@ -24,7 +24,7 @@ _FILLER = frozenset(
      "some", "any", "of", "and"]
 )  # fmt: skip
 # Each pair: two words (or phrases) with opposite meaning in a question. Both directions are checked.
-_OPPOSITES: tuple[tuple[str, str], ...] = (
+OPPOSITES: tuple[tuple[str, str], ...] = (
     ("highest", "lowest"), ("high", "low"), ("higher", "lower"), ("most", "least"), ("more", "less"),
     ("more", "fewer"), ("best", "worst"), ("better", "worse"), ("largest", "smallest"), ("biggest", "smallest"),
     ("larger", "smaller"), ("bigger", "smaller"), ("big", "small"), ("large", "small"), ("longest", "shortest"),
@@ -100,7 +100,7 @@ def opposite_swapped(query: str, candidate: str) -> bool:
     """One text says a word or phrase and the other its opposite ("closest" / "farthest", "upload" /
     "download"), where the first text does not also say the opposite (as in "pros and cons")."""
     first, second = _phrase_text(query), _phrase_text(candidate)
-    for one, other in _OPPOSITES:
+    for one, other in OPPOSITES:
         for left, right in ((one, other), (other, one)):
             if (
                 _has(first, left)

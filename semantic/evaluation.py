@@ -9,10 +9,9 @@ the rule's target -> threshold map on such a file. The per-pair cache step is on
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,8 @@ from semantic.changes import RedisClient
 from semantic.embedder import Embedder, SentenceEmbedder
 from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.guards import GUARDS_BY_NAME, first_veto
+from semantic.near_duplicate import near_duplicate_reason
+from semantic.pair_sets import LabelledPair, file_part
 from semantic.rule import (
     DEFAULT_GUARDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
@@ -51,89 +52,7 @@ from semantic.store import RedisEntryStore
 from semantic.verdict import PairByPair, Verdict
 from semantic.verifier import WEIGHTS_FILE, PairVerifier
 
-# How kvgate's own development data is split (bench/train_verifier.py, bench/bench_rule.py): the verifier
-# trains on `train`, the shipped calibration is fitted on `calibration`, figures are reported on `test`.
-QQP_SPLIT = {"train": 0.70, "calibration": 0.15, "test": 0.15}
-MRPC_SPLIT = {"train": 0.50, "test": 0.50}
 CACHE_CONCURRENCY = 32
-
-
-@dataclass(frozen=True, slots=True)
-class LabelledPair:
-    """One line of a pairs file: `label` is 1 when `b` may be answered with `a`'s response."""
-
-    a: str
-    b: str
-    label: int
-    kind: str | None = None  # what the pair tests ("direction", "typo", ...), when the file says
-
-
-def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
-    """Read a JSON Lines pairs file (`{"a": ..., "b": ..., "label": 0|1}` per line)."""
-    pairs = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if (
-                row.get("label") not in (0, 1)
-                or not isinstance(row.get("a"), str)
-                or not isinstance(row.get("b"), str)
-            ):
-                raise ValueError(f"{path}:{number}: expected a, b (strings) and label (0 or 1)")
-            kind = row.get("kind")
-            pairs.append(
-                LabelledPair(row["a"], row["b"], int(row["label"]), kind if isinstance(kind, str) else None)
-            )
-            if limit is not None and len(pairs) >= limit:
-                break
-    return pairs
-
-
-def text_groups(pairs: Iterable[LabelledPair]) -> dict[str, str]:
-    """Each text of `pairs` -> the smallest text of its group (texts joined by pairs, transitively)."""
-    parent: dict[str, str] = {}
-
-    def root(text: str) -> str:
-        parent.setdefault(text, text)
-        while parent[text] != text:
-            parent[text] = parent[parent[text]]
-            text = parent[text]
-        return text
-
-    for pair in pairs:
-        first, second = root(pair.a), root(pair.b)
-        if first != second:
-            parent[max(first, second)] = min(first, second)  # a root is always its group's smallest text
-    return {text: root(text) for text in parent}
-
-
-def split_pairs(pairs: Iterable[LabelledPair], fractions: dict[str, float]) -> dict[str, list[LabelledPair]]:
-    """Split pairs so that no text appears in two parts (pairs sharing a text form one group).
-
-    A group goes to a part by a hash of its smallest text, so the split does not depend on the order
-    of the file or on a random seed: anyone re-running it gets the same parts.
-    """
-    pairs = list(pairs)
-    groups = text_groups(pairs)
-    names = list(fractions)
-    bounds = []
-    total = 0.0
-    for name in names:
-        total += fractions[name]
-        bounds.append(total / sum(fractions.values()))
-    parts: dict[str, list[LabelledPair]] = {name: [] for name in names}
-    for pair in pairs:
-        position = _unit_hash(groups[pair.a])
-        part = next((name for name, bound in zip(names, bounds, strict=True) if position < bound), names[-1])
-        parts[part].append(pair)
-    return parts
-
-
-def _unit_hash(text: str) -> float:
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -180,6 +99,7 @@ class EvalReport:
     false_hit_rate: float
     auc: float
     baseline_recall_at_same_precision: float
+    baseline_precision_at_same_recall: float
     pairs: int
     positives: int
     hits: int
@@ -195,6 +115,7 @@ class EvalReport:
             "false_hit_rate": round(self.false_hit_rate, 4),
             "auc": round(self.auc, 4),
             "baseline_recall_at_same_precision": round(self.baseline_recall_at_same_precision, 4),
+            "baseline_precision_at_same_recall": round(self.baseline_precision_at_same_recall, 4),
         }
 
 
@@ -331,6 +252,7 @@ def run_eval_pairs(
     path: Path,
     target: float = DEFAULT_TARGET_FALSE_HIT_RATE,
     *,
+    part: str = "all",
     probe_factory: ProbeFactory | None = None,
     data_dir: Path | None = None,
     limit: int | None = None,
@@ -341,9 +263,10 @@ def run_eval_pairs(
 
     `probe_factory` builds the per-pair step around the served rule: give `cache_probe(client)` for the
     real cache; the default `rule_probe` skips store and index. `data_dir` is where a user calibration
-    (`kvgate calibrate`) is looked for; `on_progress(done, total)` is called after each batch.
+    (`kvgate calibrate`) is looked for; `part` picks a part of a development set (`file_part`);
+    `on_progress(done, total)` is called after each batch.
     """
-    pairs = load_pairs(path, limit)
+    pairs = file_part(path, part, limit)
     rule = load_rule(data_dir, target)
     factory = probe_factory if probe_factory is not None else rule_probe
 
@@ -388,20 +311,21 @@ def run_eval_pairs_with_progress(path: Path, target: float, console: Console, **
 
 
 def calibrate(
-    path: Path,
+    paths: Sequence[Path],
     out: Path,
     *,
+    part: str = "all",
     low_cosine: float | None = None,
     guards: tuple[str, ...] = DEFAULT_GUARDS,
     limit: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Fit the rule's target -> threshold map on a labelled pairs file and write it to `out` (JSON).
+    """Fit the rule's target -> threshold map on labelled pairs files (`part` of each) and write it to `out`.
 
     The verifier scores every pair above a loose cosine floor, so the fit sees the whole uncertain band.
     `low_cosine` defaults to the shipped calibration's gate.
     """
-    pairs = load_pairs(path, limit)
+    pairs = [pair for path in paths for pair in file_part(path, part, limit)]
     gate = low_cosine if low_cosine is not None else Calibration.load(SHIPPED_CALIBRATION).low_cosine
     embedder = default_embedder()
     verifier = PairVerifier()
@@ -422,16 +346,18 @@ def calibrate(
             on_progress(start + len(chunk), len(pairs))
     chosen = tuple(GUARDS_BY_NAME[name] for name in guards)
     vetoed = np.array([first_veto(pair.b, pair.a, chosen) is not None for pair in pairs])
+    near = np.array([near_duplicate_reason(pair.b, pair.a) is not None for pair in pairs])
     labels = np.array([pair.label for pair in pairs])
     calibration = fit_calibration(
         similarities,
         probabilities,
         vetoed,
         labels,
+        near_duplicates=near,
         low_cosine=gate,
         guards=guards,
         verifier_sha256=file_sha256(WEIGHTS_FILE),
-        fitted_on={"file": path.name, "pairs": len(pairs)},
+        fitted_on={"files": [path.name for path in paths], "part": part, "pairs": len(pairs)},
     )
     return calibration.save(out)
 
@@ -457,6 +383,9 @@ def score_outcomes(
         false_hit_rate=1.0 - precision,
         auc=roc_auc(scores, labels),
         baseline_recall_at_same_precision=recall_at_precision(similarities, labels, precision),
+        baseline_precision_at_same_recall=precision_at_recall(
+            similarities, labels, correct / max(positives, 1)
+        ),
         pairs=len(pairs),
         positives=positives,
         hits=int(hits.sum()),
@@ -529,6 +458,18 @@ def recall_at_precision(
     cuts = np.append(ranked[1:] != ranked[:-1], True)
     meets = cuts & (true_hits / counts >= precision - 1e-12)
     return float(true_hits[meets].max() / positives) if meets.any() else 0.0
+
+
+def precision_at_recall(
+    similarities: npt.NDArray[np.float64], labels: npt.NDArray[np.int64], recall: float
+) -> float:
+    """Precision of the plain threshold on `similarities` that first reaches `recall` (1.0 for recall 0)."""
+    if recall <= 0.0:
+        return 1.0
+    order = np.argsort(-similarities, kind="stable")
+    true_hits = np.cumsum(labels[order])
+    reached = np.flatnonzero(true_hits >= recall * labels.sum() - 1e-9)
+    return float(true_hits[reached[0]] / (reached[0] + 1)) if len(reached) else 0.0
 
 
 def _chat(text: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from semantic.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+from semantic.task_guards import languages_differ, task_slots_differ
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _EXPRESSION = re.compile(r"\d[\d.,]*(?:\s*[-+*/^x×÷=]\s*\d[\d.,]*)+")
@@ -197,7 +198,11 @@ SWAP = Guard("swap", "one word swapped for another", word_swapped)
 DIRECTION = Guard("direction", "direction or roles swapped", direction_swapped)
 OPPOSITE = Guard("opposite", "a word swapped for its opposite", opposite_swapped)
 UNITS = Guard("units", "units or periods differ", unit_or_period_differs)
-ALL_GUARDS: tuple[Guard, ...] = (NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS)
+LANGUAGES = Guard("languages", "another language", languages_differ)
+TASK = Guard("task", "another form, format, tone or length of output", task_slots_differ)
+ALL_GUARDS: tuple[Guard, ...] = (
+    NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS, LANGUAGES, TASK
+)  # fmt: skip
 GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
 
 

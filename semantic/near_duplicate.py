@@ -74,6 +74,20 @@ ABBREVIATIONS = {
     "aka": "also known as", "vs": "versus", "approx": "approximately", "govt": "government",
 }  # fmt: skip
 _MIN_TYPO_LENGTH = 5
+# Ways to open a "how do I" question that ask the same thing (the rubric: "How do I..." / "Tell me how to...").
+# Each is read as "how do i"; longest first, so that "can you tell me how to" is not read as "tell me how to".
+_HOW_DO_I: tuple[tuple[str, ...], ...] = tuple(
+    sorted(
+        (tuple(phrase.split()) for phrase in (
+            "how can i", "how should i", "how could i", "how would i", "how to", "how do you",
+            "tell me how to", "tell me how i can", "can you tell me how to", "could you tell me how to",
+            "can you explain how to", "could you explain how to", "explain how to", "what is the way to",
+            "what is the best way to", "what is a good way to", "what are the steps to", "show me how to",
+        )),
+        key=len,
+        reverse=True,
+    )
+)  # fmt: skip
 # British -> American spellings, as suffix (or infix) rewrites: a word pair that one of them maps onto the
 # other is the same word ("colour" / "color", "organise" / "organize", "centre" / "center").
 _SPELLINGS = (
@@ -112,6 +126,10 @@ def _core(text: str) -> list[str]:
         expansion = _CONTRACTIONS.get(token) or ABBREVIATIONS.get(token)
         words.extend(expansion.split() if expansion else [token])
     words = [word for word in words if word not in _ANYWHERE]
+    for phrase in _HOW_DO_I:
+        if tuple(words[: len(phrase)]) == phrase and len(words) > len(phrase):
+            words = ["how", "do", "i", *words[len(phrase) :]]
+            break
     changed = True
     while changed and words:
         changed = False

@@ -36,16 +36,26 @@ DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
 SHIPPED_CALIBRATION = Path(__file__).parent / "calibration.json"
 USER_CALIBRATION_NAME = "calibration.json"
 # Measured in bench/bench_rule.py and bench/bench_guards.py: the entity guard vetoes most MRPC paraphrases and
-# the question-word guard a fifth of Quora's; numbers and negation cost little recall and stop the classic
-# wrong hits; direction, opposite and units veto under 0.5% of the reviewed Quora paraphrases and catch most
-# minimal edits of their kind (docs/benchmarks.md, "guards").
-DEFAULT_GUARDS: tuple[str, ...] = ("numbers", "negation", "direction", "opposite", "units")
+# the question-word guard a sixth of Quora's; numbers and negation cost little recall and stop the classic
+# wrong hits; direction, opposite, units, languages and task slots veto at most 0.2% of the reviewed Quora
+# paraphrases and catch most minimal edits of their kind (docs/benchmarks.md, "guards").
+DEFAULT_GUARDS: tuple[str, ...] = (
+    "numbers",
+    "negation",
+    "direction",
+    "opposite",
+    "units",
+    "languages",
+    "task",
+)
 CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
 # false-hit rate too noisy to bound anything.
 MIN_CALIBRATION_HITS = 30
 # Scores of pairs the verifier never saw stay below this, so they rank under almost every verified pair.
 _UNVERIFIED_SCORE_CEILING = 0.01
+# Near-duplicates rank above every verified pair when the calibration orders pairs by score.
+_DECIDED_SCORE = 2.0
 
 
 class PairScorer(Protocol):
@@ -232,6 +242,7 @@ def fit_calibration(
     vetoed: npt.NDArray[np.bool_],
     labels: npt.NDArray[np.int_],
     *,
+    near_duplicates: npt.NDArray[np.bool_] | None = None,
     low_cosine: float,
     guards: tuple[str, ...],
     verifier_sha256: str,
@@ -242,15 +253,21 @@ def fit_calibration(
     whose hits on these pairs stay within the target.
 
     Only pairs that pass the cosine gate and the guards compete; recall counts against all positives.
-    A target whose best set of hits is smaller than MIN_CALIBRATION_HITS is left out.
+    `near_duplicates` marks the pairs the rule serves without the verifier (`near_duplicate_reason`): they
+    count as hits at every threshold, and the combiner is fitted on the others. A target whose best set of
+    hits is smaller than MIN_CALIBRATION_HITS is left out.
     """
+    decided = near_duplicates if near_duplicates is not None else np.zeros(len(labels), dtype=bool)
     eligible = (similarities >= low_cosine) & ~vetoed
-    combiner = _fit_logistic(similarities[eligible], probabilities[eligible], labels[eligible])
+    verified = eligible & ~decided
+    combiner = _fit_logistic(similarities[verified], probabilities[verified], labels[verified])
     probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner)
     combined = np.array(
         [
-            probe.combine(float(cosine), float(probability))
-            for cosine, probability in zip(similarities[eligible], probabilities[eligible], strict=True)
+            _DECIDED_SCORE if near else probe.combine(float(cosine), float(probability))
+            for cosine, probability, near in zip(
+                similarities[eligible], probabilities[eligible], decided[eligible], strict=True
+            )
         ]
     )
     order = np.argsort(-combined, kind="stable")
@@ -268,7 +285,7 @@ def fit_calibration(
         points.append(
             CalibrationPoint(
                 target=float(target),
-                threshold=float(ranked_probabilities[count - 1]),
+                threshold=min(float(ranked_probabilities[count - 1]), 1.0),
                 false_hit_rate=round(float(false_hit_rates[count - 1]), 5),
                 recall=round(float(ranked_labels[:count].sum()) / positives, 5),
                 hits=count,

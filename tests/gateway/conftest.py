@@ -23,9 +23,6 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
         "redis_url": None,
         "api_keys": KEYS,
         "admin_token": ADMIN_TOKEN,
-        # These tests are about the gateway's flow, not the rule's calibration (tests/semantic/): a loose
-        # target lets plain paraphrases hit, while the numbers guard still refuses "2+2" vs "2+3".
-        "target_false_hit_rate": 0.2,
     }
     return Settings(**(values | overrides))
 

@@ -110,31 +110,33 @@ def test_truncated_answers_are_not_stored_when_opted_out(tmp_path: Path) -> None
     assert len(backend.calls) == 2
 
 
+STORED, VERIFIED = "How many moons does Mars have?", "How many moons does the planet Mars have?"
+
+
 def test_a_served_paraphrase_is_remembered_as_an_exact_hit(
     client: TestClient, backend: ScriptedBackend
 ) -> None:
-    client.post("/v1/chat/completions", json=chat("How do I reset my password?"), headers=auth())
-    semantic = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
-    again = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    # A paraphrase the verifier judges (not a near-duplicate, which a raised bar still serves).
+    client.post("/v1/chat/completions", json=chat(STORED), headers=auth())
+    semantic = client.post("/v1/chat/completions", json=chat(VERIFIED), headers=auth())
+    again = client.post("/v1/chat/completions", json=chat(VERIFIED), headers=auth())
     assert semantic.headers["x-kvgate-cache"] == "semantic-hit"
     assert again.headers["x-kvgate-cache"] == "exact-hit"
     assert again.headers["x-kvgate-entry-id"] == semantic.headers["x-kvgate-entry-id"]
     assert again.json()["choices"][0]["message"] == semantic.json()["choices"][0]["message"]
     strict = client.post(  # a raised bar is never met by a remembered wording: judged again
         "/v1/chat/completions",
-        json=chat("How can I reset my password?"),
+        json=chat(VERIFIED),
         headers=auth() | {"x-kvgate-semantic-strictness": "1"},
     )
     assert strict.headers["x-kvgate-cache"] == "miss"
-    other_tenant = client.post(
-        "/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth("key-beta")
-    )
+    other_tenant = client.post("/v1/chat/completions", json=chat(VERIFIED), headers=auth("key-beta"))
     assert other_tenant.headers["x-kvgate-cache"] == "miss"
 
     entry_id = semantic.headers["x-kvgate-entry-id"]
     purged = client.post("/admin/purge", json={"entry_id": entry_id}, headers=admin())
     assert purged.json() == {"purged": 1}
-    after = client.post("/v1/chat/completions", json=chat("How can I reset my password?"), headers=auth())
+    after = client.post("/v1/chat/completions", json=chat(VERIFIED), headers=auth())
     assert after.headers["x-kvgate-cache"] == "miss"  # the purge took the remembered wording with it
     assert len(backend.calls) == 4  # the first ask, the strict one, the other tenant's, after the purge
 

@@ -48,12 +48,11 @@ def test_max_age_stores_with_that_ttl(client: TestClient) -> None:
 
 
 def test_strictness_can_only_raise_the_bar(client: TestClient) -> None:
-    assert ask(client, "How do I reset my password?") == "miss"
-    assert ask(client, "How can I reset my password?", **{"x-kvgate-semantic-strictness": "1"}) == "miss"
-    # The strict miss stored its own answer; another paraphrase at the default strictness hits.
-    assert (
-        ask(client, "How do I reset the password?", **{"x-kvgate-semantic-strictness": "0"}) == "semantic-hit"
-    )
+    assert ask(client, "How many moons does Mars have?") == "miss"
+    strict = {"x-kvgate-semantic-strictness": "1"}
+    assert ask(client, "How many moons does the planet Mars have?", **strict) == "miss"
+    # The strict miss stored its own answer; another paraphrase at the default strictness hits (verified).
+    assert ask(client, "Mars has how many moons?", **{"x-kvgate-semantic-strictness": "0"}) == "semantic-hit"
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_admin_stats_count_the_mix(gateway: str, stats: dict[str, Any]) -> None:
     assert len(similarity["buckets"]) == len(similarity["hit"]) == len(similarity["miss"])
     assert stats["rule"]["name"] == "calibrated-verifier"
     assert (stats["rule"]["threshold"], stats["rule"]["threshold_kind"]) == (0.5, "cosine gate")
-    assert stats["rule"]["target_false_hit_rate"] == 0.2
+    assert stats["rule"]["target_false_hit_rate"] == 0.02  # the default
     assert stats["prefix_cache"] is None  # the scripted backend is not the engine
 
 

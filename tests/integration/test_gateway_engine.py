@@ -24,14 +24,7 @@ SYSTEM = "You are a concise assistant. Answer in one short sentence."
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
-    # A loose semantic target so that plain paraphrases hit with today's verifier (the shipped 2% default
-    # is conservative: see the semantic rule's calibration); the numbers guard holds at any target.
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("e2e"),
-        kv_cache_tokens=4096,
-        default_max_tokens=32,
-        target_false_hit_rate=0.2,
-    )
+    settings = Settings(data_dir=tmp_path_factory.mktemp("e2e"), kv_cache_tokens=4096, default_max_tokens=32)
     return create_app(settings)
 
 
@@ -57,7 +50,7 @@ def test_layers_answer_in_order(client: openai.OpenAI) -> None:
     assert cache == "miss" and "Paris" in (cold.choices[0].message.content or "")
     cache, again = ask(client, "What is the capital of France?")
     assert cache == "exact-hit" and again.choices[0].message.content == cold.choices[0].message.content
-    cache, paraphrase = ask(client, "What's the capital city of France?")
+    cache, paraphrase = ask(client, "Tell me the capital of France.")
     assert (
         cache == "semantic-hit" and paraphrase.choices[0].message.content == cold.choices[0].message.content
     )

@@ -13,21 +13,19 @@ import pytest
 from rich.console import Console
 
 from semantic.evaluation import (
-    QQP_SPLIT,
     EvalReport,
     KindFigures,
-    LabelledPair,
     PairOutcome,
     RuleProbe,
     cache_probe,
     default_embedder,
     kind_table,
-    load_pairs,
+    precision_at_recall,
     recall_at_precision,
     roc_auc,
     score_outcomes,
-    split_pairs,
 )
+from semantic.pair_sets import REVIEWED_FILE, LabelledPair, file_part, load_pairs, split_pairs
 from semantic.rule import CalibratedRule, load_rule
 from semantic.verdict import Verdict
 
@@ -78,7 +76,16 @@ def test_recall_at_precision_only_cuts_between_distinct_values() -> None:
     assert recall_at_precision(similarities, labels, 0.0) == pytest.approx(1.0)
 
 
-def test_report_summary_has_exactly_the_five_keys() -> None:
+def test_precision_at_recall_takes_the_first_threshold_that_reaches_it() -> None:
+    similarities = np.array([0.99, 0.98, 0.9, 0.8, 0.5])
+    labels = np.array([1, 0, 1, 0, 1])
+    assert precision_at_recall(similarities, labels, 1 / 3) == pytest.approx(1.0)
+    assert precision_at_recall(similarities, labels, 2 / 3) == pytest.approx(2 / 3)
+    assert precision_at_recall(similarities, labels, 1.0) == pytest.approx(3 / 5)
+    assert precision_at_recall(similarities, labels, 0.0) == 1.0
+
+
+def test_report_summary_has_exactly_the_six_keys() -> None:
     pairs = [LabelledPair("a", "b", 1), LabelledPair("c", "d", 0), LabelledPair("e", "f", 1)]
     outcomes = [
         PairOutcome(0.9, Verdict(True, 0.9, "verified")),
@@ -92,6 +99,7 @@ def test_report_summary_has_exactly_the_five_keys() -> None:
         "false_hit_rate",
         "auc",
         "baseline_recall_at_same_precision",
+        "baseline_precision_at_same_recall",
     ]
     assert (report.precision, report.recall, report.false_hit_rate) == (0.5, 0.5, 0.5)
     json.dumps(report.summary())
@@ -148,10 +156,9 @@ class MemoVerifier:
 
 @pytest.fixture(scope="module")
 def held_out() -> list[LabelledPair]:
-    if not (DATA_DIR / "qqp_dev.jsonl").is_file():
+    if not (DATA_DIR / REVIEWED_FILE).is_file():
         pytest.skip("no ../shared/data")
-    test_part = split_pairs(load_pairs(DATA_DIR / "qqp_dev.jsonl"), QQP_SPLIT)["test"]
-    return random.Random(11).sample(test_part, 600)
+    return random.Random(11).sample(file_part(DATA_DIR / REVIEWED_FILE, "test"), 600)
 
 
 @pytest.fixture(scope="module")

@@ -186,3 +186,19 @@ def test_no_threshold_below_the_smallest_fitted_target() -> None:
     smallest = calibration.points[0].target
     assert calibration.threshold_for(smallest / 2) == float("inf")
     assert calibration.threshold_for(smallest) == calibration.points[0].threshold
+
+
+def test_near_duplicates_count_as_hits_at_every_fitted_target() -> None:
+    # 40 near-duplicates (all right, though the verifier scores them low) and 200 verified pairs, all wrong:
+    # the near-duplicates alone meet a 1% target, so it is fitted, with the threshold above every score.
+    generator = np.random.default_rng(5)
+    labels = np.concatenate([np.ones(40, dtype=int), np.zeros(200, dtype=int)])
+    near = np.arange(len(labels)) < 40
+    probabilities = np.concatenate([np.full(40, 0.01), generator.uniform(0.2, 0.99, 200)])
+    calibration = fit_calibration(
+        np.full(len(labels), 0.9), probabilities, np.zeros(len(labels), dtype=bool), labels,
+        near_duplicates=near, low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.01,),
+    )  # fmt: skip
+    (point,) = calibration.points
+    assert point.hits == 40 and point.false_hit_rate == 0.0
+    assert point.threshold == 1.0
