@@ -18,6 +18,9 @@ from semantic.near_duplicate import near_duplicate_reason
         ("What colour is the sky at dusk?", "What color is the sky at dusk?", "one word spelt differently"),
         ("Where is the city centre?", "Where is the city center?", "one word spelt differently"),
         ("In Python, how do I sort a list?", "How do I sort a list in Python?", "a clause moved"),
+        ("How do I reset my password?", "How can I reset my password?", "same words"),  # a how-to opener
+        ("How do I reset my password?", "Tell me how to reset my password.", "same words"),
+        ("How do I reset my password?", "Can you tell me how to reset my password?", "same words"),
     ],
 )  # fmt: skip
 def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
@@ -37,7 +40,8 @@ def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
         ("Where is the desert?", "Where is the dessert?"),  # two words, not a typo
         ("What is an angle?", "What is an angel?"),
         ("Is ain't a word?", "Is amn't a word?"),
-        ("How do I reset my password?", "How can I reset my password?"),  # a rewording: the verifier's call
+        ("How do I reset my password?", "Why can't I reset my password?"),  # another question word
+        ("How do I reset my password?", "How do I reset the password?"),  # a rewording: the verifier's call
         ("Tell me about Paris", "Tell me about Rome"),
         ("Thanks", "Please"),  # nothing but filler: never a hit
     ],
