@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # pip is told to prefer wheels already on this disk (torch==2.13.0 CPU build); see README.
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: install models compose-tool serve test lint typecheck unit bench clean
+.PHONY: install models compose-tool serve test lint typecheck unit bench llama-server clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,8 +56,27 @@ unit: models $(COMPOSE)
 
 test: lint typecheck unit
 
+# llama-server for bench/bench_engine_vs_llama_cpp.py only: built from the llama.cpp vendored in the
+# llama-cpp-python sdist (never its wheel), about 10 minutes on 2 cores, cached under .venv. Not -DGGML_NATIVE:
+# a native build died with an illegal instruction here; AVX-512 is switched on where the CPU has it.
+LLAMA_CPP_PYTHON := 0.3.36
+LLAMA_DIR        := $(VENV)/llama.cpp
+LLAMA_SERVER     := $(LLAMA_DIR)/build/bin/llama-server
+LLAMA_AVX512     := $(shell grep -q avx512f /proc/cpuinfo 2>/dev/null && echo -DGGML_AVX512=ON)
+
+$(LLAMA_SERVER): | $(PY)
+	rm -rf $(LLAMA_DIR) && mkdir -p $(LLAMA_DIR)
+	$(PIP) download --no-deps --no-binary :all: -d $(LLAMA_DIR) "llama-cpp-python==$(LLAMA_CPP_PYTHON)"
+	tar -xzf $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA_DIR)
+	cmake -S $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp -B $(LLAMA_DIR)/build -G Ninja \
+		-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF \
+		-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $(LLAMA_AVX512)
+	cmake --build $(LLAMA_DIR)/build --target llama-server llama-bench -j2
+
+llama-server: $(LLAMA_SERVER)
+
 # bench_hit_path.py drives HTTP with Debian's wrk (a Python client saturates before the server does).
-bench: models
+bench: models $(LLAMA_SERVER)
 	$(PIP) install -e ".[dev,bench]"
 	command -v wrk >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get install -y -qq wrk || sudo apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench

@@ -13,6 +13,8 @@ causal over their new tokens and fully visible over their cached prefix.
 
 from __future__ import annotations
 
+import math
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -40,10 +42,11 @@ class KVCache:
     ) -> KVCache:
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         # Zeros, not empty: a padded read past a sequence's end is masked, but must never see NaN garbage.
-        return cls(
-            keys=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)],
-            values=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)],
-        )
+        if torch.device(device).type == "cpu":
+            pool = _lazily_resident_zeros((2, config.num_layers, *shape), dtype)
+        else:
+            pool = torch.zeros((2, config.num_layers, *shape), dtype=dtype, device=device)
+        return cls(keys=list(pool[0].unbind()), values=list(pool[1].unbind()))
 
     @property
     def num_blocks(self) -> int:
@@ -56,6 +59,13 @@ class KVCache:
     def bytes_per_block(self) -> int:
         one = self.keys[0][0]
         return 2 * len(self.keys) * one.numel() * one.element_size()
+
+
+def _lazily_resident_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros in anonymous memory that the OS maps only when first written: a KV pool sized for the
+    worst case costs RSS only for the blocks in use (torch.zeros writes, and so maps, every page)."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)  # the tensor keeps the map
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,8 +102,10 @@ class LLMEngine:
         self.eos_token_ids = model.config.eos_token_ids
         self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
         manager = BlockManager(BlockManagerConfig(self.config.num_blocks, self.config.block_size))
+        # KV computed by differently stored weights differs: the storage is part of the blocks' identity.
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        identity = model_key(model_name, model_revision, dtype)
+        stored = dtype if model.weights_format == "fp32" else model.weights_format
+        identity = model_key(model_name, model_revision, stored)
         self.scheduler = Scheduler(self.config.scheduler, manager, identity)
         self.metrics = metrics or EngineMetrics()
         model_context = self.config.max_model_len or model.config.max_position_embeddings

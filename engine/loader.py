@@ -12,6 +12,7 @@ The tokenizer always comes from that same folder, so template and weights cannot
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,8 +23,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import ModelConfig
+from engine.gguf_weights import UnsupportedGguf, read_gguf_weights
 from engine.model import LlamaModel
 from engine.model_files import GeneratorSource, SourceKind
+from engine.weights_format import SourceWeight, WeightsFormat, build_model
+
+logger = logging.getLogger("kvgate.engine")
 
 CONVERTED_SUFFIX = ".hf"
 _SOURCE_RECORD = "kvgate-source.json"  # which GGUF (name, size) a converted folder was made from
@@ -40,12 +45,23 @@ class LoadedModel:
 
 
 def load_model(
-    source: GeneratorSource, model_dir: Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
+    source: GeneratorSource,
+    model_dir: Path,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    weights: WeightsFormat = "fp32",
 ) -> LoadedModel:
-    """Load weights, tokenizer and chat template from one source (see the module docstring)."""
+    """Load weights, tokenizer and chat template from one source (see the module docstring).
+
+    `weights` other than fp32 builds the projections in that format (`engine.weights_format`), on the CPU:
+    from a llama GGUF they are read as stored (Q4_1 codes kept), from anything else from the float folder.
+    """
     folder = ensure_hf_folder(source, model_dir)
     config = read_config(folder)
-    model = LlamaModel.from_hf_weights(config, read_safetensors(folder), dtype, device)
+    if weights == "fp32":
+        model = LlamaModel.from_hf_weights(config, read_safetensors(folder), dtype, device)
+    else:
+        model = build_model(config, _stored_weights(source, folder), weights)
     tokenizer = load_tokenizer(folder)
     return LoadedModel(config, model, tokenizer, tokenizer.chat_template, folder)
 
@@ -94,6 +110,15 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         staging.rename(target)  # atomic: a crash never leaves a half-written folder under the real name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _stored_weights(source: GeneratorSource, folder: Path) -> dict[str, SourceWeight]:
+    if source.kind is SourceKind.GGUF_FILE and Path(source.location).is_file():
+        try:
+            return dict(read_gguf_weights(Path(source.location)))
+        except UnsupportedGguf as reason:
+            logger.info("%s; quantising the converted float weights instead", reason)
+    return dict(read_safetensors(folder))
 
 
 def read_config(folder: Path) -> ModelConfig:

@@ -87,6 +87,27 @@ class Linear(nn.Module):
             return torch.mm(x, self.weight)
         return torch.addmm(self.bias, x, self.weight)
 
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) ids -> (T, in) float32 columns of the weight: a tied head read as the embedding table."""
+        return F.embedding(token_ids, self.weight.t()).float()
+
+    def dequantized(self) -> torch.Tensor:
+        """(out, in) float32: the weight as nn.Linear stores it."""
+        return self.weight.t().float()
+
+
+class Bf16Linear(Linear):
+    """`Linear` with bfloat16 weights: inputs rounded to bfloat16 for the matmul, output float32."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.mm(x.to(torch.bfloat16), self.weight).float()
+        return y if self.bias is None else y + self.bias
+
+
+Projection = nn.Module
+"""What a layer multiplies by: `Linear`, `Bf16Linear`, or `engine.quantized`'s `Int4Linear` / `Int8Linear`.
+Each maps (T, in) float32 to (T, out) float32 and has `dequantized()`; the head also has `embed()`."""
+
 
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -96,8 +117,10 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.scale = config.head_dim**-0.5
         qkv_width = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
-        self.qkv_proj = Linear(config.hidden_size, qkv_width, bias=config.qkv_bias)
-        self.o_proj = Linear(config.num_heads * config.head_dim, config.hidden_size, bias=config.output_bias)
+        self.qkv_proj: Projection = Linear(config.hidden_size, qkv_width, bias=config.qkv_bias)
+        self.o_proj: Projection = Linear(
+            config.num_heads * config.head_dim, config.hidden_size, bias=config.output_bias
+        )
 
     def forward(
         self,
@@ -128,8 +151,12 @@ class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
-        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.gate_up_proj: Projection = Linear(
+            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
+        )
+        self.down_proj: Projection = Linear(
+            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # (T, I) each
@@ -171,7 +198,9 @@ class LlamaModel(nn.Module):
             self.embed_tokens = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = nn.Parameter(torch.ones(config.hidden_size))
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head: Projection = Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.weights_format = "fp32"
+        """How the projections are stored: fp32, bf16, int8 or int4 (`engine.weights_format`)."""
         # A plain attribute, not a buffer: `.to(dtype)` must not round rotation speeds to low precision.
         self.inv_freq = rope_inverse_frequencies(config.head_dim, config.rope)
 
@@ -179,16 +208,17 @@ class LlamaModel(nn.Module):
         """(T,) new token ids -> (R, vocab) float32 logits for the rows in `metadata.logits_indices`."""
         plan = AttentionPlan.from_metadata(metadata)
         cos, sin = rope_cos_sin(metadata.positions, self.inv_freq)
-        x = F.embedding(input_ids, self.embedding_table)  # (T, hidden)
+        x = self.embed(input_ids)  # (T, hidden)
         for layer, key_cache, value_cache in zip(self.layers, kv_cache.keys, kv_cache.values, strict=True):
             x = layer(x, cos, sin, key_cache, value_cache, metadata, plan)
         x = x[metadata.logits_indices]  # (R, hidden): the norm and head only run where logits are wanted
         return self.lm_head(rms_norm(x, self.norm, self.config.rms_norm_eps)).float()
 
-    @property
-    def embedding_table(self) -> torch.Tensor:
-        """(vocab, hidden) token embeddings (a strided view of the head when tied)."""
-        return self.lm_head.weight.t() if self.config.tie_word_embeddings else self.embed_tokens
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) token ids -> (T, hidden) embeddings (rows of the head's weight when tied: one copy)."""
+        if self.config.tie_word_embeddings:
+            return self.lm_head.embed(input_ids).to(self.norm.dtype)  # type: ignore[operator]
+        return F.embedding(input_ids, self.embed_tokens)
 
     @classmethod
     def from_hf_weights(
@@ -214,15 +244,16 @@ def _from_hf_names(state_dict: Mapping[str, torch.Tensor], config: ModelConfig) 
         fused = torch.cat([state_dict[name + "." + suffix] for name in hf_names])  # (out, in) stacked on out
         return fused.t().contiguous() if suffix == "weight" else fused
 
-    weights = {"norm": state_dict["model.norm.weight"]}
+    # Copies, not views: the source may be a memory-mapped file, which a view would keep mapped (and resident).
+    weights = {"norm": state_dict["model.norm.weight"].clone()}
     head = "model.embed_tokens" if config.tie_word_embeddings else "lm_head"
     weights["lm_head.weight"] = projection([head], "weight")
     if not config.tie_word_embeddings:
-        weights["embed_tokens"] = state_dict["model.embed_tokens.weight"]
+        weights["embed_tokens"] = state_dict["model.embed_tokens.weight"].clone()
     for i in range(config.num_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
-        weights[ours + "attention_norm"] = state_dict[hf + "input_layernorm.weight"]
-        weights[ours + "feed_forward_norm"] = state_dict[hf + "post_attention_layernorm.weight"]
+        weights[ours + "attention_norm"] = state_dict[hf + "input_layernorm.weight"].clone()
+        weights[ours + "feed_forward_norm"] = state_dict[hf + "post_attention_layernorm.weight"].clone()
         fused_names = {
             "attention.qkv_proj": ([hf + f"self_attn.{name}_proj" for name in "qkv"], config.qkv_bias),
             "attention.o_proj": ([hf + "self_attn.o_proj"], config.output_bias),

@@ -16,11 +16,12 @@ from prometheus_client import CollectorRegistry
 from engine.client import AsyncEngineClient
 from engine.client import Finished as EngineFinished
 from engine.engine import ContextLengthExceeded, EngineConfig
-from engine.loader import load_model
+from engine.loader import ensure_hf_folder, load_model, read_config
 from engine.metrics import register_engine_metrics
 from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
+from engine.weights_choice import WeightsChoice, choose_weights
 from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.settings import Settings
@@ -32,25 +33,35 @@ class EngineBackend:
     name = "engine"
     models_mode = "engine"
 
-    def __init__(self, client: AsyncEngineClient, model_name: str, default_max_tokens: int) -> None:
+    def __init__(
+        self,
+        client: AsyncEngineClient,
+        model_name: str,
+        default_max_tokens: int,
+        weights: WeightsChoice | None = None,
+    ) -> None:
         self.client = client
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
+        self.weights = weights
+        """How the engine stores its weights and why (`/healthz` shows it)."""
 
     @classmethod
     def load(cls, settings: Settings) -> EngineBackend:
         """Load the configured generator (converting a GGUF once) and start the engine's step loop."""
         source = resolve_generator(settings.generator, settings.model_dir)
-        loaded = load_model(source, settings.model_dir)
+        config = read_config(ensure_hf_folder(source, settings.model_dir))
+        weights = choose_weights(settings.engine_weights, config)
+        loaded = load_model(source, settings.model_dir, weights=weights.weights)
         name = served_model_name(settings)
-        config = EngineConfig(
+        engine_config = EngineConfig(
             num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
             block_size=settings.kv_block_size,
             scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
         )
-        client = AsyncEngineClient.from_loaded(loaded, name, config)
+        client = AsyncEngineClient.from_loaded(loaded, name, engine_config)
         client.start()
-        return cls(client, name, settings.default_max_tokens)
+        return cls(client, name, settings.default_max_tokens, weights)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         if request.messages is not None:

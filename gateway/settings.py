@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     kv_block_size: int = Field(default=16, ge=1, le=256)
     """Tokens per KV block (the unit of prefix reuse)."""
 
+    engine_weights: Literal["auto", "fp32", "bf16", "int8", "int4"] = "auto"
+    """How the engine stores its projection weights. `auto` times this CPU's kernels at load time and picks
+    (logged, and shown in `/healthz`): on AVX-512 machines int4, read straight from the GGUF's Q4_1 tensors;
+    where low-precision kernels are slow (AVX2 only), fp32. fp32 is the transformers-exact reference."""
+
     engine_max_num_seqs: int = Field(default=64, ge=1)
     """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
 

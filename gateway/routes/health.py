@@ -32,9 +32,16 @@ async def healthz(request: Request) -> dict[str, Any]:
             "kind": generator.kind.value,
             "location": generator.location,
             "present": generator.present,
+            "weights": _weights(state.backend),
         },
         "store": store,
     }
+
+
+def _weights(backend: Any) -> dict[str, object] | None:
+    """How the engine stores its weights and why (None in reverse-proxy mode)."""
+    choice = getattr(backend, "weights", None)
+    return None if choice is None else dict(choice.describe())
 
 
 def _verifier(rule: Any) -> dict[str, str] | None:

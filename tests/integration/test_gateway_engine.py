@@ -58,6 +58,16 @@ def test_layers_answer_in_order(client: openai.OpenAI) -> None:
     assert ask(client, "What is 12 + 31?")[0] == "miss"
 
 
+def test_healthz_says_how_the_engine_stores_its_weights(base_url: str) -> None:
+    import httpx
+
+    weights = httpx.get(base_url + "/healthz").json()["generator"]["weights"]
+    # The default is `auto`: every format this CPU runs was timed, and the choice says why.
+    assert weights["requested"] == "auto" and weights["weights"] in ("fp32", "bf16", "int8", "int4")
+    assert {"fp32", weights["weights"]} <= set(weights["batch1_us"]) and weights["reason"]
+    assert weights["cpu_capability"]
+
+
 def test_a_miss_reuses_the_engine_prefix_cache(client: openai.OpenAI) -> None:
     _, first = ask(client, "Name a primary colour.")
     _, second = ask(client, "Name a large ocean.")

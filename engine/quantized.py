@@ -1,0 +1,133 @@
+"""Weight-only quantised linears on torch's CPU kernels: int4 group-wise and int8 per-channel.
+
+Both keep `Linear`'s interface, (T, in) float32 -> (T, out) float32, and compute in bfloat16 activations:
+torch 2.13's `_weight_int4pack_mm_for_cpu` and `_weight_int8pack_mm` are fast with bfloat16 inputs and
+30-40x slower with float32 or float16 ones (measured, see docs/benchmarks.md). The residual stream, norms,
+attention and the KV cache stay float32; only the matmul inputs are rounded to bfloat16.
+
+- `Int4Linear`: 4-bit codes in groups of 32 along the input axis, value = (code - 8) * scale + zero, which
+  is GGUF's Q4_1 (value = code * d + m) with scale = d and zero = m + 8d, so a Q4_1 tensor loads without
+  requantising (its scales are rounded to bfloat16, which the kernel requires).
+- `Int8Linear`: one symmetric scale per output row. It also serves rows as an embedding table, so a tied
+  head is one int8 copy for both uses.
+
+`dequantized()` returns the (out, in) float32 weight a module actually multiplies by: the reference that
+parity tests load into transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+GROUP_SIZE = 32
+_INNER_K_TILES = 2  # ignored by the CPU kernel's layout; the op still takes it
+_INT4_OFFSET = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Int4Groups:
+    """A (out, in) weight as 4-bit codes with one scale and zero per group of 32 inputs of a row."""
+
+    codes: torch.Tensor  # (N, K) uint8 in 0..15
+    scales: torch.Tensor  # (N, K / 32) float32
+    zeros: torch.Tensor  # (N, K / 32) float32: value = (code - 8) * scale + zero
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.codes.shape[0]), int(self.codes.shape[1])
+
+    def rows(self, index: torch.Tensor) -> Int4Groups:
+        return Int4Groups(self.codes[index], self.scales[index], self.zeros[index])
+
+    def dequantize(self) -> torch.Tensor:
+        """(N, K) float32, with the scales and zeros rounded to bfloat16 as the kernel reads them."""
+        n, k = self.shape
+        grouped = self.codes.view(n, k // GROUP_SIZE, GROUP_SIZE).float() - _INT4_OFFSET
+        scales = self.scales.bfloat16().float()[..., None]
+        zeros = self.zeros.bfloat16().float()[..., None]
+        return (grouped * scales + zeros).view(n, k)
+
+    @classmethod
+    def concat(cls, parts: list[Int4Groups]) -> Int4Groups:
+        """Stack weights along the output axis (fused q/k/v or gate/up)."""
+        return cls(
+            torch.cat([p.codes for p in parts]),
+            torch.cat([p.scales for p in parts]),
+            torch.cat([p.zeros for p in parts]),
+        )
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> Int4Groups:
+        """Round-to-nearest asymmetric 4-bit quantisation of a (N, K) weight, min/max per group of 32.
+
+        A weight that was Q4_1 and dequantised comes back with its original codes.
+        """
+        n, k = weight.shape
+        if k % GROUP_SIZE:
+            raise ValueError(f"int4 needs an input width divisible by {GROUP_SIZE}, not {k}")
+        groups = weight.float().view(n, k // GROUP_SIZE, GROUP_SIZE)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scales = (high - low) / 15
+        safe = torch.where(scales == 0, torch.ones_like(scales), scales)
+        codes = ((groups - low[..., None]) / safe[..., None]).round().clamp(0, 15).to(torch.uint8)
+        return cls(codes.view(n, k), scales, low + _INT4_OFFSET * scales)
+
+
+class Int4Linear(nn.Module):
+    """y = x @ W^T + bias with W as `Int4Groups`, packed for `_weight_int4pack_mm_for_cpu`."""
+
+    def __init__(self, weight: Int4Groups, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        out_features, in_features = weight.shape
+        self.in_features, self.out_features = in_features, out_features
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            weight.codes.to(torch.int32), _INNER_K_TILES
+        )
+        self.register_buffer("packed", packed)
+        # (K / 32, N, 2): scale and zero of each group, in the layout the kernel reads.
+        scales_and_zeros = torch.stack((weight.scales.t(), weight.zeros.t()), dim=-1).bfloat16().contiguous()
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        self._reference = weight  # for dequantized(); dropped by `drop_reference` once loaded
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, out)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.to(torch.bfloat16), self.packed, GROUP_SIZE, self.scales_and_zeros
+        ).float()
+        return y if self.bias is None else y + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """(out, in) float32: what this module multiplies by."""
+        if self._reference is None:
+            raise RuntimeError("the codes were dropped after loading; keep_reference=True keeps them")
+        return self._reference.dequantize()
+
+    def drop_reference(self) -> None:
+        self._reference = None  # type: ignore[assignment]
+
+
+class Int8Linear(nn.Module):
+    """y = x @ W^T + bias with W int8, one scale per output row; also an embedding table of W's rows."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:  # weight (out, in)
+        super().__init__()
+        weight = weight.float()
+        self.out_features, self.in_features = weight.shape
+        scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.register_buffer("codes", (weight / scales[:, None]).round().clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.bfloat16())  # the kernel wants bfloat16 scales with bf16 inputs
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.codes, self.scales).float()
+        return y if self.bias is None else y + self.bias
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) row ids -> (T, in) float32 rows of W."""
+        return self.codes[token_ids].float() * self.scales[token_ids].float()[:, None]
+
+    def dequantized(self) -> torch.Tensor:
+        return self.codes.float() * self.scales.float()[:, None]
