@@ -57,29 +57,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--system-words", type=int, default=1900, help="~2,450 tokens at the default")
-    parser.add_argument("--engine-rss", help=argparse.SUPPRESS)  # internal: measure one format's RSS
+    parser.add_argument("--hits-only", action="store_true", help="only kvgate's hit latency, idle and busy")
+    parser.add_argument(
+        "--baseline-rev", help="also the fp32 engine-alone RSS of kvgate at this git revision (e.g. c5ed2de)"
+    )
+    parser.add_argument("--rss-only", action="store_true", help="only the engine-alone RSS figures")
     args = parser.parse_args(argv)
-    if args.engine_rss:
-        print(json.dumps(engine_alone_rss(args.engine_rss)))
-        return
     from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
     from gateway.settings import Settings
 
     gguf = Path(resolve_generator(DEFAULT_GENERATOR_NAME, Settings().model_dir).location)
-    if not args.llama_server.is_file():
+    if not (args.rss_only or args.hits_only) and not args.llama_server.is_file():
         raise SystemExit(f"no llama-server at {args.llama_server}: run `make llama-server` first")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as scratch:
-        for threads in args.threads:
+        for threads in [] if args.rss_only else args.threads:
             for weights in args.weights:
                 results.append(
                     measure_kvgate(weights, threads, Path(scratch) / f"kvgate-{weights}-{threads}", args)
                 )
-            for slots in (16, 1):
+            for slots in () if args.hits_only else (16, 1):
                 results.append(
                     measure_llama_server(args.llama_server, gguf, slots, threads, Path(scratch), args)
                 )
+    if args.hits_only:
+        return
     engine_rss = {weights: run_engine_rss(weights) for weights in args.weights}
+    if args.baseline_rev:
+        engine_rss[f"fp32 at {args.baseline_rev}"] = baseline_rss(args.baseline_rev)
     report(results, engine_rss)
 
 
@@ -98,7 +103,8 @@ def measure_kvgate(weights: str, threads: int, folder: Path, args: argparse.Name
     base = f"http://127.0.0.1:{port}"
     with running(command, env, ROOT, base + "/readyz", folder / "kvgate.log") as process:
         health = httpx.get(base + "/healthz", timeout=10).json()
-        result = workload(base, "smollm2-135m-instruct", NO_CACHE, args)
+        result = {} if args.hits_only else workload(base, "smollm2-135m-instruct", NO_CACHE, args)
+        result.update(asyncio.run(hit_latency(base + "/v1/chat/completions", "smollm2-135m-instruct")))
         result["rss_mb"] = rss_mb(process.pid)
     result.update(server=f"kvgate {weights}", threads=threads, weights=health["generator"]["weights"])
     print(json.dumps(result), flush=True)
@@ -166,6 +172,72 @@ async def _workload(
     }
 
 
+COUNTRIES = [
+    "France", "Germany", "Spain", "Italy", "Portugal", "Norway", "Sweden", "Finland", "Poland", "Austria",
+    "Greece", "Turkey", "Egypt", "Kenya", "Nigeria", "Brazil", "Argentina", "Chile", "Peru", "Mexico",
+    "Canada", "Japan", "China", "India", "Thailand", "Vietnam", "Australia", "Ireland", "Denmark", "Hungary",
+    "Romania", "Ukraine", "Morocco", "Ghana", "Colombia", "Cuba", "Iceland", "Nepal", "Mongolia", "Belgium",
+]  # fmt: skip
+SYSTEM = {"role": "system", "content": "You are a concise assistant. Answer in one short sentence."}
+
+
+async def hit_latency(url: str, model: str) -> dict[str, Any]:
+    """p50 of semantic hits (embedder, index, rule) idle, then with 8 long generations in the engine.
+
+    One answer stored per country ("What is the capital of X?", stored without a lookup so that they never
+    answer one another); each paraphrase ("Tell me the capital of X.") asked once, since a hit is then
+    stored under its own text and would come back as an exact hit. Only semantic hits are timed.
+    """
+
+    def body(question: str) -> dict[str, Any]:
+        return {"model": model, "messages": [SYSTEM, user(question)], "max_tokens": 16, "temperature": 0}
+
+    async with httpx.AsyncClient(timeout=600) as client:
+        for country in COUNTRIES:
+            response = await client.post(
+                url, json=body(f"What is the capital of {country}?"), headers={"cache-control": "no-cache"}
+            )
+            response.raise_for_status()
+        for _ in range(100):  # stored in the background: wait until the last one is an exact hit
+            response = await client.post(url, json=body(f"What is the capital of {COUNTRIES[-1]}?"))
+            if response.headers.get("x-kvgate-cache") == "exact-hit":
+                break
+            await asyncio.sleep(0.1)
+
+        async def hits(countries: list[str]) -> list[float]:
+            times = []
+            for country in countries:
+                started = time.perf_counter()
+                response = await client.post(url, json=body(f"Tell me the capital of {country}."))
+                if response.headers.get("x-kvgate-cache") == "semantic-hit":
+                    times.append(time.perf_counter() - started)
+            if len(times) < len(countries) // 3:
+                raise RuntimeError(f"only {len(times)} of {len(countries)} paraphrases were semantic hits")
+            return times
+
+        half = len(COUNTRIES) // 2
+        idle = await hits(COUNTRIES[:half])
+        busy_client = httpx.AsyncClient(timeout=600, headers=NO_CACHE)
+        generations = [
+            asyncio.create_task(chat(busy_client, url, model, [user(f"Write a long story about {t}.")], 256))
+            for t in TOPICS[:8]
+        ]
+        await asyncio.sleep(3)  # all eight admitted and decoding
+        busy = await hits(COUNTRIES[half:])
+        still_running = sum(not task.done() for task in generations)
+        for task in generations:
+            task.cancel()
+        await asyncio.gather(*generations, return_exceptions=True)
+        await busy_client.aclose()
+    return {
+        "hit_p50_idle_ms": round(statistics.median(idle) * 1000, 1),
+        "hit_p50_busy_ms": round(statistics.median(busy) * 1000, 1),
+        "hit_busy_over_idle": round(statistics.median(busy) / statistics.median(idle), 2),
+        "semantic_hits_timed": [len(idle), len(busy)],
+        "generations_still_running": still_running,
+    }
+
+
 def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
@@ -225,40 +297,59 @@ async def first_token_time(
     raise RuntimeError("the stream ended without a token")
 
 
-def run_engine_rss(weights: str) -> dict[str, Any]:
+def run_engine_rss(weights: str, tree: Path = ROOT) -> dict[str, Any]:
+    """The engine-alone RSS in a fresh process that imports kvgate from `tree` (this one, or a baseline)."""
     output = subprocess.run(
-        [sys.executable, __file__, "--engine-rss", weights], capture_output=True, text=True, check=True
+        [sys.executable, "-c", ENGINE_ALONE, weights],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PYTHONPATH": str(tree)},
+        cwd=tree,
     ).stdout
     return dict(json.loads(output.strip().splitlines()[-1]))
 
 
-def engine_alone_rss(weights: str) -> dict[str, Any]:
-    """Load the default model in one format, build the engine, answer once; the process's RSS then."""
-    import torch
+# Load the default model in one format, build the engine, answer once, trim the heap as the gateway does
+# every 10 s; print the RSS then. Only calls every revision has (fp32 through load_model's old signature).
+ENGINE_ALONE = """
+import ctypes, json, os, sys
+import torch
+from engine.engine import build_engine
+from engine.loader import load_model
+from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from engine.sampler import SamplingParams
+from gateway.settings import Settings
 
-    from engine.engine import build_engine
-    from engine.loader import load_model
-    from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
-    from engine.sampler import SamplingParams
-    from gateway.settings import Settings
+weights = sys.argv[1]
+torch.set_num_threads(1)
+settings = Settings()
+source = resolve_generator(DEFAULT_GENERATOR_NAME, settings.model_dir)
+extra = {} if weights == "fp32" else {"weights": weights}
+loaded = load_model(source, settings.model_dir, **extra)
+engine = build_engine(loaded, "bench")
+chat = [{"role": "user", "content": "Tell me about tides."}]
+prompt = loaded.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=32))
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+tensors = [*loaded.model.parameters(), *loaded.model.buffers()]
+weight_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")) / 1024
+print(json.dumps({"weights": weights, "rss_mb": round(rss, 1), "weight_mb": round(weight_mb, 1)}))
+"""
 
-    torch.set_num_threads(1)
-    settings = Settings()
-    source = resolve_generator(DEFAULT_GENERATOR_NAME, settings.model_dir)
-    loaded = load_model(source, settings.model_dir, weights=weights)  # type: ignore[arg-type]
-    engine = build_engine(loaded, "bench")
-    prompt = loaded.tokenizer.apply_chat_template(
-        [user("Tell me about tides.")], add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=32))
-    weight_bytes = sum(
-        t.numel() * t.element_size() for t in [*loaded.model.parameters(), *loaded.model.buffers()]
-    )
-    return {
-        "weights": weights,
-        "rss_mb": round(rss_mb(os.getpid()), 1),
-        "weight_mb": round(weight_bytes / 2**20, 1),
-    }
+
+def baseline_rss(revision: str) -> dict[str, Any]:
+    """fp32 engine-alone RSS of kvgate at a git revision (checked out into a temporary worktree)."""
+    with tempfile.TemporaryDirectory(prefix="kvgate-baseline-") as folder:
+        tree = Path(folder) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision], check=True
+        )
+        try:
+            return run_engine_rss("fp32", tree)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
 
 
 def report(results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]]) -> None:
@@ -281,12 +372,15 @@ def report(results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]])
                     f"\n{r['server']} (threads {threads}): alone / llama -np 1 = {r['alone_tok_s'] / np1['alone_tok_s']:.2f}, "
                     f"16 concurrent / llama -np 16 = {r['concurrent16_tok_s'] / np16['concurrent16_tok_s']:.2f}, "
                     f"cold TTFT / llama -np 1 = {r['ttft_cold_s'] / np1['ttft_cold_s']:.2f}, "
-                    f"warm/cold = {r['ttft_warm_s'] / r['ttft_cold_s']:.3f}; weights {json.dumps(r['weights'])}"
+                    f"warm/cold = {r['ttft_warm_s'] / r['ttft_cold_s']:.3f}; semantic hit p50 idle "
+                    f"{r['hit_p50_idle_ms']} ms, with 8 generations in flight {r['hit_p50_busy_ms']} ms "
+                    f"({r['hit_busy_over_idle']}x); weights {json.dumps(r['weights'])}"
                 )
         print()
     print("engine alone (load, build, one answer; no gateway):", json.dumps(engine_rss))
-    if "fp32" in engine_rss and "int4" in engine_rss:
-        print(f"int4 RSS / fp32 RSS = {engine_rss['int4']['rss_mb'] / engine_rss['fp32']['rss_mb']:.2f}")
+    for name, figures in engine_rss.items():
+        if name.startswith("fp32") and "int4" in engine_rss:
+            print(f"int4 RSS / {name} RSS = {engine_rss['int4']['rss_mb'] / figures['rss_mb']:.2f}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 Which format is fastest depends on the CPU, not on the model: where AVX-512 BF16/VNNI is present, torch's
 int4 and int8 weight-only kernels ran a batch-1 projection 1.5-2.5x faster than float32; on AVX2-only
-machines bfloat16 matmuls were measured 5x slower than float32. So `auto` never assumes: it times one
-projection of the model's own widest shape (hidden -> gate+up) in every format, with the engine's thread
-count, at batch 1 (the single-stream decode step, bound by weight bytes) and at batch 16 (a busy decode
-step), and picks the fastest format at batch 1 among those not slower than float32 at batch 16; a format
-within 10% of the fastest is preferred when it stores fewer bytes. The measurement takes well under a
-second and is logged and shown in `/healthz`.
+machines bfloat16 matmuls were measured 5x slower than float32. So `auto` never assumes: it times the
+model's own widest projection (hidden -> gate+up) in every format, with the engine's thread count, cycling
+through a working set larger than the CPU's caches as a decode step does, at batch 1 (the single-stream
+decode step, bound by weight bytes) and at batch 16 (a busy decode step). It picks the fastest format at
+batch 1 among those not slower than float32 at batch 16, preferring a format within 10% of the fastest
+when it stores fewer bytes. The measurement takes about a second and is logged and shown in `/healthz`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ logger = logging.getLogger("kvgate.engine")
 
 BYTES_PER_WEIGHT: dict[WeightsFormat, float] = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 _CLOSE_ENOUGH = 1.10
-_REPEATS = 15
+_PASSES = 5
+_WORKING_SET_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,29 +86,38 @@ def pick(batch1: dict[str, float], batch16: dict[str, float]) -> tuple[WeightsFo
 
 
 def measure_formats(config: ModelConfig) -> tuple[dict[str, float], dict[str, float]]:
-    """Median microseconds of one (hidden -> 2 * intermediate) projection per format, at batch 1 and 16."""
+    """Microseconds per (hidden -> 2 * intermediate) projection, per format, at batch 1 and 16.
+
+    Timed over a pass through several distinct copies, as a decode step passes through every layer's
+    weights: one weight timed again and again would sit in the CPU's cache and flatter the formats with
+    the most bytes. Copies: one per layer, at most `_WORKING_SET_BYTES` of float32 (freed afterwards).
+    """
     in_features = config.hidden_size - config.hidden_size % GROUP_SIZE or GROUP_SIZE
     weight = torch.randn(2 * config.intermediate_size, in_features) * 0.02
+    copies = max(2, min(config.num_layers, _WORKING_SET_BYTES // (weight.numel() * 4)))
     batch1: dict[str, float] = {}
     batch16: dict[str, float] = {}
     for weights_format in WEIGHTS_FORMATS:
         try:
-            projection = make_projection([weight], None, weights_format)
+            projections = [make_projection([weight], None, weights_format) for _ in range(copies)]
         except RuntimeError as error:  # a kernel this torch build or CPU lacks
             logger.info("engine weights: %s unavailable here (%s)", weights_format, error)
             continue
-        batch1[weights_format] = _time_us(projection, torch.randn(1, in_features))
-        batch16[weights_format] = _time_us(projection, torch.randn(16, in_features))
+        batch1[weights_format] = _time_us(projections, torch.randn(1, in_features))
+        batch16[weights_format] = _time_us(projections, torch.randn(16, in_features))
+        del projections
     return batch1, batch16
 
 
 @torch.inference_mode()
-def _time_us(projection: torch.nn.Module, x: torch.Tensor) -> float:
-    for _ in range(3):
+def _time_us(projections: list[torch.nn.Module], x: torch.Tensor) -> float:
+    """Best of `_PASSES` passes through all copies, per projection."""
+    for projection in projections:
         projection(x)
-    times = []
-    for _ in range(_REPEATS):
+    best = float("inf")
+    for _ in range(_PASSES):
         start = time.perf_counter()
-        projection(x)
-        times.append(time.perf_counter() - start)
-    return round(sorted(times)[len(times) // 2] * 1e6, 1)
+        for projection in projections:
+            projection(x)
+        best = min(best, time.perf_counter() - start)
+    return round(best / len(projections) * 1e6, 1)
