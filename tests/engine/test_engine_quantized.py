@@ -211,5 +211,10 @@ def test_auto_picks_the_fastest_small_format_not_slower_when_busy() -> None:
     # Where low-precision kernels are slow (AVX2-only CPUs), float32 stays.
     slow = {"fp32": 130.0, "bf16": 650.0, "int8": 900.0, "int4": 2000.0}
     assert pick(slow, {"fp32": 400.0, "bf16": 2000.0, "int8": 9000.0, "int4": 9000.0})[0] == "fp32"
+    # A format not timed when busy (it was too slow alone) is never picked.
+    assert (
+        pick({"fp32": 130.0, "bf16": 650.0, "int8": 110.0, "int4": 60.0}, {"fp32": 400.0, "int8": 390.0})[0]
+        == "int8"
+    )
     # bf16 wins only where it is the fastest alone by more than 10%.
     assert pick({"fp32": 130.0, "bf16": 60.0, "int8": 90.0, "int4": 95.0}, batch16)[0] == "bf16"
