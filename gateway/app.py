@@ -125,8 +125,13 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 store_breaker=breakers["store"],
                 store_error_log_interval_s=settings.store_error_log_interval_s,
             )
+            weights = getattr(backend, "weights", None)  # the engine's weights format, and why
             logger.info(
-                "kvgate ready: store=%s backend=%s embedder=%s", store.kind, backend.name, embedder.name
+                "kvgate ready: store=%s backend=%s embedder=%s%s",
+                store.kind,
+                backend.name,
+                embedder.name,
+                f" engine_weights={weights.weights} ({weights.reason})" if weights is not None else "",
             )
             freeze_startup_objects()
             yield
