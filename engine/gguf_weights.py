@@ -1,6 +1,7 @@
-"""A Llama GGUF's tensors as stored, under transformers' names: Q4_1 kept as 4-bit codes, the rest float32.
+"""A Llama GGUF's tensors as stored, under transformers' names: Q4_0 / Q4_1 kept as 4-bit codes, the rest
+float32.
 
-The `gguf` package reads the file (memory-mapped); this module only decodes Q4_1 blocks and undoes the one
+The `gguf` package reads the file (memory-mapped); this module only decodes 4-bit blocks and undoes the one
 layout change llama.cpp's converter makes, the rotary permutation of q and k rows, exactly as transformers'
 GGUF loader does, so that the result equals the dequantised folder `engine.loader` writes. Other quantised
 types are dequantised with `gguf.quants` (the engine then quantises them to its own formats).
@@ -17,8 +18,11 @@ from gguf import GGMLQuantizationType, GGUFReader, quants
 
 from engine.quantized import Int4Groups
 
-_Q4_1_BLOCK = 32
-_Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles
+_Q4_BLOCK = 32
+_Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles: value = code * d + m
+_Q4_0_BYTES = 18  # fp16 d, 16 bytes of nibbles: value = (code - 8) * d
+_FOUR_BIT = (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1)
+_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -54,8 +58,8 @@ def read_gguf_weights(path: Path) -> dict[str, GgufTensor]:
         name = hf_name(tensor.name)
         rows, cols = (int(tensor.shape[1]), int(tensor.shape[0])) if len(tensor.shape) == 2 else (0, 0)
         value: GgufTensor
-        if tensor.tensor_type == GGMLQuantizationType.Q4_1:
-            value = decode_q4_1(np.asarray(tensor.data), rows, cols)
+        if tensor.tensor_type in _FOUR_BIT:
+            value = decode_q4(np.asarray(tensor.data), rows, cols, tensor.tensor_type)
         else:
             array = np.asarray(tensor.data)
             if tensor.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
@@ -84,21 +88,39 @@ def hf_name(gguf_name: str) -> str:
     return f"{_GLOBAL_NAMES[stem]}.{kind}"
 
 
-def decode_q4_1(blocks: np.ndarray, rows: int, cols: int) -> Int4Groups:
-    """Raw Q4_1 bytes of a (rows, cols) weight -> codes, scales and zeros in torch's int4 convention."""
-    if cols % _Q4_1_BLOCK:
-        raise ValueError(f"Q4_1 rows must be whole blocks of {_Q4_1_BLOCK}, not {cols}")
-    raw = blocks.reshape(rows, cols // _Q4_1_BLOCK, _Q4_1_BYTES)
+def projection_storage(path: Path) -> str:
+    """How a GGUF stores its layers' projections: `4-bit` (all Q4_0 / Q4_1, which int4 holds exactly),
+    `quantized` (other GGML types: 8-bit, K-quants, ...) or `float` (F32 / F16 / BF16)."""
+    types = {
+        tensor.tensor_type
+        for tensor in GGUFReader(path).tensors
+        if tensor.name.startswith("blk.") and tensor.name.split(".")[2] in _PROJECTIONS
+    }
+    if types and types <= set(_FOUR_BIT):
+        return "4-bit"
+    floats = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+    return "float" if types <= floats else "quantized"
+
+
+def decode_q4(blocks: np.ndarray, rows: int, cols: int, kind: GGMLQuantizationType) -> Int4Groups:
+    """Raw Q4_0 / Q4_1 bytes of a (rows, cols) weight -> codes, scales and zeros in torch's int4 form,
+    value = (code - 8) * scale + zero: Q4_1 (code * d + m) is scale d, zero m + 8d; Q4_0 is scale d, zero 0."""
+    if cols % _Q4_BLOCK:
+        raise ValueError(f"4-bit GGUF rows must be whole blocks of {_Q4_BLOCK}, not {cols}")
+    has_min = kind == GGMLQuantizationType.Q4_1
+    raw = blocks.reshape(rows, cols // _Q4_BLOCK, _Q4_1_BYTES if has_min else _Q4_0_BYTES)
     d = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    m = raw[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    nibbles = raw[..., 4:]
+    header = 4 if has_min else 2
+    nibbles = raw[..., header:]
     codes = np.concatenate((nibbles & 0x0F, nibbles >> 4), axis=-1)  # weight j: low of byte j, j+16: high
     scales = torch.from_numpy(d)
-    return Int4Groups(
-        torch.from_numpy(np.ascontiguousarray(codes).reshape(rows, cols)),
-        scales,
-        torch.from_numpy(m) + 8 * scales,
-    )
+    if has_min:
+        zeros = (
+            torch.from_numpy(raw[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)) + 8 * scales
+        )
+    else:
+        zeros = torch.zeros_like(scales)
+    return Int4Groups(torch.from_numpy(np.ascontiguousarray(codes).reshape(rows, cols)), scales, zeros)
 
 
 def _unpermute_rotary(value: GgufTensor, heads: int) -> GgufTensor:

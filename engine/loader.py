@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import ModelConfig
-from engine.gguf_weights import UnsupportedGguf, read_gguf_weights
+from engine.gguf_weights import UnsupportedGguf, projection_storage, read_gguf_weights
 from engine.model import LlamaModel
 from engine.model_files import GeneratorSource, SourceKind
 from engine.weights_format import SourceWeight, WeightsFormat, build_model
@@ -110,6 +110,24 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         staging.rename(target)  # atomic: a crash never leaves a half-written folder under the real name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def weights_storage(source: GeneratorSource) -> str:
+    """How the source stores its projections: `4-bit`, `quantized` or `float` (`projection_storage`);
+    `auto` never picks a format that would keep less than that (`engine.weights_choice`)."""
+    if source.kind is not SourceKind.GGUF_FILE or not Path(source.location).is_file():
+        return "float"
+    storage = projection_storage(Path(source.location))
+    if storage == "4-bit" and _gguf_architecture(Path(source.location)) != "llama":
+        return "quantized"  # read through the float conversion, where 4-bit codes are not kept as such
+    return storage
+
+
+def _gguf_architecture(path: Path) -> str | None:
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("general.architecture")
+    return None if field is None else str(field.contents())
 
 
 def _stored_weights(source: GeneratorSource, folder: Path) -> dict[str, SourceWeight]:

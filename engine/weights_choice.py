@@ -7,7 +7,9 @@ model's own widest projection (hidden -> gate+up) in every format, with the engi
 through a working set larger than the CPU's caches as a decode step does, at batch 1 (the single-stream
 decode step, bound by weight bytes) and at batch 16 (a busy decode step). It picks the fastest format at
 batch 1 among those not slower than float32 at batch 16, preferring a format within 10% of the fastest
-when it stores fewer bytes. The measurement takes about a second and is logged and shown in `/healthz`.
+when it stores fewer bytes. It considers only formats that keep what the source stored (`CANDIDATES`):
+int4 for a 4-bit GGUF, int8 at most for other quantised files, fp32 or bf16 for float weights. The
+measurement takes about a second and is logged and shown in `/healthz`.
 """
 
 from __future__ import annotations
@@ -52,15 +54,32 @@ class WeightsChoice:
         }
 
 
-def choose_weights(requested: str, config: ModelConfig) -> WeightsChoice:
-    """`requested` is `auto` or one of `WEIGHTS_FORMATS` (then it is used as it is, still measured)."""
+# What `auto` may pick, by how the source stores its projections (`engine.loader.weights_storage`): never
+# fewer bits than the file kept. A float model is not quantised behind the user's back; an 8-bit or
+# K-quant GGUF may go to int8 (one scale per row), not to int4; only a 4-bit GGUF's codes go to int4 as
+# they are.
+CANDIDATES: dict[str, tuple[WeightsFormat, ...]] = {
+    "float": ("fp32", "bf16"),
+    "quantized": ("fp32", "bf16", "int8"),
+    "4-bit": WEIGHTS_FORMATS,
+}
+
+
+def choose_weights(requested: str, config: ModelConfig, storage: str = "4-bit") -> WeightsChoice:
+    """`requested` is `auto` or one of `WEIGHTS_FORMATS` (then it is used as it is); `storage` is how the
+    source stores its projections, which bounds what `auto` considers (`CANDIDATES`)."""
     if requested != "auto" and requested not in WEIGHTS_FORMATS:
         raise ValueError(f"engine weights must be auto or one of {WEIGHTS_FORMATS}, not {requested!r}")
     capability = torch.backends.cpu.get_cpu_capability()
     if requested != "auto":
+        if WEIGHTS_FORMATS.index(requested) > WEIGHTS_FORMATS.index(CANDIDATES[storage][-1]):  # type: ignore[arg-type]
+            logger.warning(
+                "engine weights: %s requested for %s weights: quantising them at load", requested, storage
+            )
         return WeightsChoice(requested, requested, {}, {}, capability, "set in the settings")  # type: ignore[arg-type]
-    batch1, batch16 = measure_formats(config)
+    batch1, batch16 = measure_formats(config, CANDIDATES[storage])
     weights, reason = pick(batch1, batch16)
+    reason += f"; the source stores {storage} projections, so {'/'.join(CANDIDATES[storage])} were timed"
     choice = WeightsChoice(weights, requested, batch1, batch16, capability, reason)
     logger.info(
         "engine weights: %s (%s; cpu %s, one %dx%d projection, µs at batch 1 %s, at batch 16 %s)",
@@ -85,7 +104,9 @@ def pick(batch1: dict[str, float], batch16: dict[str, float]) -> tuple[WeightsFo
     return chosen, f"measured {ratio:.2f}x float32's speed at batch 1"
 
 
-def measure_formats(config: ModelConfig) -> tuple[dict[str, float], dict[str, float]]:
+def measure_formats(
+    config: ModelConfig, formats: tuple[WeightsFormat, ...] = WEIGHTS_FORMATS
+) -> tuple[dict[str, float], dict[str, float]]:
     """Microseconds per (hidden -> 2 * intermediate) projection, per format, at batch 1 and 16.
 
     Timed over a pass through several distinct copies, as a decode step passes through every layer's
@@ -97,7 +118,7 @@ def measure_formats(config: ModelConfig) -> tuple[dict[str, float], dict[str, fl
     copies = max(2, min(config.num_layers, _WORKING_SET_BYTES // (weight.numel() * 4)))
     batch1: dict[str, float] = {}
     batch16: dict[str, float] = {}
-    for weights_format in WEIGHTS_FORMATS:
+    for weights_format in formats:
         try:
             projections = [make_projection([weight], None, weights_format) for _ in range(copies)]
         except RuntimeError as error:  # a kernel this torch build or CPU lacks

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from engine.client import AsyncEngineClient
 from engine.client import Finished as EngineFinished
 from engine.engine import ContextLengthExceeded, EngineConfig
-from engine.loader import ensure_hf_folder, load_model, read_config
+from engine.loader import ensure_hf_folder, load_model, read_config, weights_storage
 from engine.metrics import register_engine_metrics
 from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
@@ -51,7 +51,7 @@ class EngineBackend:
         """Load the configured generator (converting a GGUF once) and start the engine's step loop."""
         source = resolve_generator(settings.generator, settings.model_dir)
         config = read_config(ensure_hf_folder(source, settings.model_dir))
-        weights = choose_weights(settings.engine_weights, config)
+        weights = choose_weights(settings.engine_weights, config, weights_storage(source))
         loaded = load_model(source, settings.model_dir, weights=weights.weights)
         name = served_model_name(settings)
         engine_config = EngineConfig(

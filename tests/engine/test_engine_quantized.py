@@ -8,19 +8,21 @@ output), and the tiny models' logits to within 5% of their spread."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType, quants
+from gguf import GGMLQuantizationType, GGUFWriter, quants
 
 from engine.config import ModelConfig
 from engine.gguf_weights import _unpermute_rotary as unpermute_rotary
-from engine.gguf_weights import decode_q4_1, hf_name
+from engine.gguf_weights import decode_q4, hf_name, projection_storage
 from engine.model import LlamaModel
 from engine.paging import LogitsFor, SequenceChunk
 from engine.quantized import Int4Groups, Int4Linear, Int8Linear
 from engine.runner import ModelRunner
-from engine.weights_choice import pick
+from engine.weights_choice import choose_weights, pick
 from engine.weights_format import WEIGHTS_FORMATS, build_model, dequantized_hf_state, make_projection
 from tests.engine.llama_testing import BlockAllocator, ToySequence, make_hf_llama, run_greedy
 
@@ -51,11 +53,65 @@ def random_q4_1(rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray
 
 def test_q4_1_blocks_decode_to_what_gguf_dequantizes() -> None:
     codes, blocks = random_q4_1(6, 96, seed=0)
-    decoded = decode_q4_1(blocks, 6, 96)
+    decoded = decode_q4(blocks, 6, 96, GGMLQuantizationType.Q4_1)
     assert decoded.codes.numpy().tolist() == codes.tolist()
     reference = quants.dequantize(blocks, GGMLQuantizationType.Q4_1).reshape(6, 96)
     ours = (decoded.codes.view(6, 3, 32).float() - 8) * decoded.scales[..., None] + decoded.zeros[..., None]
     np.testing.assert_allclose(ours.view(6, 96).numpy(), reference, rtol=0, atol=1e-6)
+
+
+def test_q4_0_blocks_decode_to_what_gguf_dequantizes() -> None:
+    rng = np.random.default_rng(4)
+    codes = rng.integers(0, 16, (5, 64))
+    d = rng.uniform(0.001, 0.02, (5, 2)).astype(np.float16)
+    grouped = codes.reshape(5, 2, 32).astype(np.uint8)
+    nibbles = grouped[..., :16] | (grouped[..., 16:] << 4)
+    blocks = np.concatenate((d[..., None].view(np.uint8), nibbles), axis=-1).reshape(5, -1)
+    decoded = decode_q4(blocks, 5, 64, GGMLQuantizationType.Q4_0)
+    reference = quants.dequantize(blocks, GGMLQuantizationType.Q4_0).reshape(5, 64)
+    ours = (decoded.codes.view(5, 2, 32).float() - 8) * decoded.scales[..., None] + decoded.zeros[..., None]
+    np.testing.assert_allclose(ours.view(5, 64).numpy(), reference, rtol=0, atol=1e-6)
+
+
+def write_gguf(path: Path, projection_type: GGMLQuantizationType) -> None:
+    """A one-layer llama GGUF whose projections are stored as `projection_type` (others F32)."""
+    writer = GGUFWriter(path, "llama")
+    writer.add_block_count(1)
+    for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+        weight = np.random.default_rng(0).normal(0, 0.1, (64, 64)).astype(np.float32)
+        if projection_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            writer.add_tensor(
+                f"blk.0.{part}.weight",
+                weight.astype(np.float16 if projection_type.name == "F16" else np.float32),
+            )
+        else:
+            data = quants.quantize(weight, projection_type)
+            writer.add_tensor(f"blk.0.{part}.weight", data, raw_shape=data.shape, raw_dtype=projection_type)
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("projection_type", "storage", "candidates"),
+    [
+        (GGMLQuantizationType.Q4_1, "4-bit", {"fp32", "bf16", "int8", "int4"}),
+        (GGMLQuantizationType.Q4_0, "4-bit", {"fp32", "bf16", "int8", "int4"}),
+        (GGMLQuantizationType.Q8_0, "quantized", {"fp32", "bf16", "int8"}),
+        (GGMLQuantizationType.F16, "float", {"fp32", "bf16"}),
+    ],
+)
+def test_auto_never_keeps_fewer_bits_than_the_file(
+    tmp_path: Path, projection_type, storage, candidates
+) -> None:  # type: ignore[no-untyped-def]
+    write_gguf(tmp_path / "model.gguf", projection_type)
+    assert projection_storage(tmp_path / "model.gguf") == storage
+    config = ModelConfig.from_hf(make_hf_llama(**QUANTISABLE_LLAMA).config)
+    choice = choose_weights("auto", config, storage)
+    assert set(choice.batch1_us) == candidates and choice.weights in candidates
+    assert storage in choice.reason
 
 
 def test_min_max_requantisation_gives_a_q4_1_tensor_its_codes_back() -> None:
