@@ -98,8 +98,9 @@ class Settings(BaseSettings):
 
     engine_weights: Literal["auto", "fp32", "bf16", "int8", "int4"] = "auto"
     """How the engine stores its projection weights. `auto` times this CPU's kernels at load time and picks
-    (logged, and shown in `/healthz`): on AVX-512 machines int4, read straight from the GGUF's Q4_1 tensors;
-    where low-precision kernels are slow (AVX2 only), fp32. fp32 is the transformers-exact reference."""
+    the fastest format that keeps what the model file stored (logged, and shown in `/healthz`): for the
+    default Q4_1 GGUF on AVX-512 machines int4, the file's own 4-bit codes; never int4 for an 8-bit or float
+    model. fp32 is the transformers-exact reference."""
 
     engine_max_num_seqs: int = Field(default=64, ge=1)
     """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
