@@ -1,7 +1,7 @@
-"""A Llama GGUF's tensors as stored, under transformers' names: Q4_0 / Q4_1 kept as 4-bit codes, the rest
-float32.
+"""A Llama GGUF's tensors as stored, under transformers' names: Q4_0 / Q4_1 kept as 4-bit codes, Q8_0 as
+8-bit codes with their group scales, the rest float32.
 
-The `gguf` package reads the file (memory-mapped); this module only decodes 4-bit blocks and undoes the one
+The `gguf` package reads the file (memory-mapped); this module only decodes 4- and 8-bit blocks and undoes the one
 layout change llama.cpp's converter makes, the rotary permutation of q and k rows, exactly as transformers'
 GGUF loader does, so that the result equals the dequantised folder `engine.loader` writes. Other quantised
 types are dequantised with `gguf.quants` (the engine then quantises them to its own formats).
@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFReader, quants
 
-from engine.quantized import Int4Groups
+from engine.quantized import Int4Groups, Int8Groups
 
 _Q4_BLOCK = 32
 _Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles: value = code * d + m
 _Q4_0_BYTES = 18  # fp16 d, 16 bytes of nibbles: value = (code - 8) * d
+_Q8_0_BYTES = 34  # fp16 d, 32 int8 codes: value = code * d
 _FOUR_BIT = (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1)
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -38,7 +39,7 @@ _LAYER_NAMES = {
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _LAYER_PATTERN = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
-GgufTensor = torch.Tensor | Int4Groups
+GgufTensor = torch.Tensor | Int4Groups | Int8Groups
 
 
 class UnsupportedGguf(ValueError):
@@ -60,6 +61,8 @@ def read_gguf_weights(path: Path) -> dict[str, GgufTensor]:
         value: GgufTensor
         if tensor.tensor_type in _FOUR_BIT:
             value = decode_q4(np.asarray(tensor.data), rows, cols, tensor.tensor_type)
+        elif tensor.tensor_type == GGMLQuantizationType.Q8_0:
+            value = decode_q8_0(np.asarray(tensor.data), rows, cols)
         else:
             array = np.asarray(tensor.data)
             if tensor.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
@@ -123,11 +126,21 @@ def decode_q4(blocks: np.ndarray, rows: int, cols: int, kind: GGMLQuantizationTy
     return Int4Groups(torch.from_numpy(np.ascontiguousarray(codes).reshape(rows, cols)), scales, zeros)
 
 
+def decode_q8_0(blocks: np.ndarray, rows: int, cols: int) -> Int8Groups:
+    """Raw Q8_0 bytes (fp16 d, 32 int8 codes per block) of a (rows, cols) weight -> codes and scales."""
+    if cols % _Q4_BLOCK:
+        raise ValueError(f"Q8_0 rows must be whole blocks of {_Q4_BLOCK}, not {cols}")
+    raw = blocks.reshape(rows, cols // _Q4_BLOCK, _Q8_0_BYTES)
+    d = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    codes = np.ascontiguousarray(raw[..., 2:]).view(np.int8).reshape(rows, cols)
+    return Int8Groups(torch.from_numpy(codes), torch.from_numpy(d))
+
+
 def _unpermute_rotary(value: GgufTensor, heads: int) -> GgufTensor:
     """Undo llama.cpp's interleaving of each head's rotary halves (a permutation of output rows)."""
     rows = value.shape[0]
     order = torch.arange(rows).view(heads, rows // heads // 2, 2).transpose(1, 2).reshape(rows)
-    if isinstance(value, Int4Groups):
+    if isinstance(value, Int4Groups | Int8Groups):
         return value.rows(order)
     return value[order]
 

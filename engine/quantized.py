@@ -76,6 +76,26 @@ class Int4Groups:
         return cls(codes.view(n, k), scales, low + _INT4_OFFSET * scales)
 
 
+@dataclass(frozen=True, slots=True)
+class Int8Groups:
+    """A (out, in) weight as int8 codes with one scale per group of 32 inputs of a row: GGUF's Q8_0."""
+
+    codes: torch.Tensor  # (N, K) int8
+    scales: torch.Tensor  # (N, K / 32) float32: value = code * scale
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.codes.shape[0]), int(self.codes.shape[1])
+
+    def rows(self, index: torch.Tensor) -> Int8Groups:
+        return Int8Groups(self.codes[index], self.scales[index])
+
+    def dense(self) -> torch.Tensor:
+        """(N, K) float32 exactly as stored."""
+        n, k = self.shape
+        return (self.codes.view(n, k // GROUP_SIZE, GROUP_SIZE).float() * self.scales[..., None]).view(n, k)
+
+
 class Int4Linear(nn.Module):
     """y = x @ W^T + bias with W as `Int4Groups`, packed for `_weight_int4pack_mm_for_cpu`."""
 
@@ -131,3 +151,49 @@ class Int8Linear(nn.Module):
 
     def dequantized(self) -> torch.Tensor:
         return self.codes.float() * self.scales.float()[:, None]
+
+
+class Int8GroupLinear(nn.Module):
+    """A Q8_0 weight kept as stored (group-32 scales), multiplied as two 4-bit halves.
+
+    With u = code + 128 = 16h + l (h, l in 0..15), code * d = (h - 8) * 16d + (l - 8) * d + 8d: two
+    `Int4Linear`-style products over the same groups (scale 16d, zero 0; scale d, zero 8d). Scaling by a
+    power of two is exact in bfloat16, so the weight multiplied by is bf16(d) * code. torch has no group-wise
+    int8 kernel; for the 576 x 49,152 head this was also faster than its per-row int8 one (1.6 ms per half
+    against 3.9 ms at batch 1 here). The int8 codes stay for `embed`: a tied head is the embedding table.
+    """
+
+    def __init__(self, weight: Int8Groups, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        shifted = weight.codes.to(torch.int32) + 128
+        scales = weight.scales.t()  # (K / 32, N)
+        for name, codes, scale, zero in (
+            ("high", shifted >> 4, 16 * scales, torch.zeros_like(scales)),
+            ("low", shifted & 15, scales, 8 * scales),
+        ):
+            self.register_buffer(
+                f"{name}_packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INNER_K_TILES)
+            )
+            self.register_buffer(
+                f"{name}_scales_and_zeros", torch.stack((scale, zero), dim=-1).bfloat16().contiguous()
+            )
+        self.register_buffer("codes", weight.codes)
+        self.register_buffer("scales", weight.scales.bfloat16())
+        self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.bfloat16)
+        mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+        y = mm(x, self.high_packed, GROUP_SIZE, self.high_scales_and_zeros).float()
+        y += mm(x, self.low_packed, GROUP_SIZE, self.low_scales_and_zeros).float()
+        return y if self.bias is None else y + self.bias
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) row ids -> (T, in) float32 rows of the weight multiplied by."""
+        return self.codes[token_ids].float() * self.scales[token_ids].float().repeat_interleave(
+            GROUP_SIZE, dim=1
+        )
+
+    def dequantized(self) -> torch.Tensor:
+        return self.codes.float() * self.scales.float().repeat_interleave(GROUP_SIZE, dim=1)

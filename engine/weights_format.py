@@ -7,9 +7,12 @@ does. Per format:
 - fp32: today's `Linear` (the parity reference).
 - bf16: `Bf16Linear`, half the bytes.
 - int8: `Int8Linear` per output row, head included.
-- int4: `Int4Linear` in groups of 32; a Q4_1 tensor keeps its codes, a float one is quantised (min/max per
-  group, which is how Q4_1 is made). The head (the tied embedding table) is int8: it is read as embedding
-  rows too, and it is the most sensitive matrix.
+- int4: `Int4Linear` in groups of 32; a Q4_0 / Q4_1 tensor keeps its codes, another is quantised (min/max
+  per group, which is how Q4_1 is made). The head (the tied embedding table) is 8-bit: it is read as
+  embedding rows too, and it is the most sensitive matrix.
+
+In int8 and int4, a Q8_0 head keeps its codes and group scales (`Int8GroupLinear`); any other head is int8
+with one scale per row.
 
 Norms, biases and an untied embedding table stay float32, as do activations outside the matmuls.
 """
@@ -24,12 +27,12 @@ from torch import nn
 
 from engine.config import ModelConfig
 from engine.model import Bf16Linear, Linear, LlamaModel, Projection
-from engine.quantized import Int4Groups, Int4Linear, Int8Linear
+from engine.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
 
 WeightsFormat = Literal["fp32", "bf16", "int8", "int4"]
 WEIGHTS_FORMATS: tuple[WeightsFormat, ...] = get_args(WeightsFormat)
 
-SourceWeight = torch.Tensor | Int4Groups
+SourceWeight = torch.Tensor | Int4Groups | Int8Groups
 
 _FUSED = {
     "attention.qkv_proj": (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], "qkv_bias"),
@@ -72,8 +75,16 @@ def build_model(
                 projection.drop_reference()
             setattr(getattr(layer, owner_name), attribute, projection)
     head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
-    head_format: WeightsFormat = "int8" if weights_format == "int4" else weights_format
-    model.lm_head = make_projection([weights[head]], None, head_format)
+    head_weight = weights[head]
+    if (
+        isinstance(head_weight, Int8Groups)
+        and weights_format in ("int8", "int4")
+        and _packs_as_int4(head_weight)
+    ):
+        model.lm_head = Int8GroupLinear(head_weight, None)  # a Q8_0 head exactly as stored
+    else:
+        head_format: WeightsFormat = "int8" if weights_format == "int4" else weights_format
+        model.lm_head = make_projection([head_weight], None, head_format)
     model.load_state_dict(plain, strict=False, assign=True)
     left_on_meta = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left_on_meta:
@@ -111,8 +122,13 @@ def make_projection(
 ) -> Projection:
     """One projection from its (out, in) parts stacked on the output axis, in `weights_format`."""
     if weights_format == "int4":
-        groups = [part if isinstance(part, Int4Groups) else Int4Groups.quantize(part) for part in parts]
-        return Int4Linear(Int4Groups.concat(groups), bias)
+        groups = [
+            part if isinstance(part, Int4Groups) else Int4Groups.quantize(_dense(part)) for part in parts
+        ]
+        fused = Int4Groups.concat(groups)
+        if _packs_as_int4(fused):
+            return Int4Linear(fused, bias)
+        weights_format = "int8"  # torch's int4 layout needs a multiple of 16 outputs
     weight = torch.cat([_dense(part) for part in parts])  # (out, in)
     if weights_format == "int8":
         return Int8Linear(weight, bias)
@@ -125,8 +141,16 @@ def make_projection(
     return linear
 
 
+def _packs_as_int4(weight: Int4Groups | Int8Groups) -> bool:
+    """torch's int4 CPU layout takes a multiple of 16 output rows and of 32 inputs."""
+    out_features, in_features = weight.shape
+    return out_features % 16 == 0 and in_features % 32 == 0
+
+
 def _dense(weight: SourceWeight) -> torch.Tensor:
     """Float32 values exactly as the source stores them (Q4_1: code * d + m with d and m as stored)."""
+    if isinstance(weight, Int8Groups):
+        return weight.dense()
     if isinstance(weight, Int4Groups):
         n, k = weight.shape
         grouped = weight.codes.view(n, k // 32, 32).float() - 8

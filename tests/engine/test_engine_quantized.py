@@ -17,10 +17,10 @@ from gguf import GGMLQuantizationType, GGUFWriter, quants
 
 from engine.config import ModelConfig
 from engine.gguf_weights import _unpermute_rotary as unpermute_rotary
-from engine.gguf_weights import decode_q4, hf_name, projection_storage
+from engine.gguf_weights import decode_q4, decode_q8_0, hf_name, projection_storage
 from engine.model import LlamaModel
 from engine.paging import LogitsFor, SequenceChunk
-from engine.quantized import Int4Groups, Int4Linear, Int8Linear
+from engine.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
 from engine.runner import ModelRunner
 from engine.weights_choice import choose_weights, pick
 from engine.weights_format import WEIGHTS_FORMATS, build_model, dequantized_hf_state, make_projection
@@ -169,6 +169,38 @@ def test_int8_rows_serve_as_an_embedding_table() -> None:
     ids = torch.tensor([3, 0, 39, 3])
     torch.testing.assert_close(table.embed(ids), table.dequantized()[ids])
     assert (table.embed(ids) - weight[ids]).abs().max() <= weight.abs().max() / 127
+
+
+def test_q8_0_blocks_decode_to_what_gguf_dequantizes() -> None:
+    weight = np.random.default_rng(6).normal(0, 0.1, (4, 64)).astype(np.float32)
+    blocks = quants.quantize(weight, GGMLQuantizationType.Q8_0)
+    decoded = decode_q8_0(blocks, 4, 64)
+    reference = quants.dequantize(blocks, GGMLQuantizationType.Q8_0).reshape(4, 64)
+    np.testing.assert_allclose(decoded.dense().numpy(), reference, rtol=0, atol=1e-7)
+
+
+def test_a_q8_0_head_multiplies_by_its_codes_as_two_4_bit_halves() -> None:
+    torch.manual_seed(1)
+    codes = torch.randint(-127, 128, (208, 64), dtype=torch.int8)
+    codes[0, :32] = 127  # the extremes of both halves
+    codes[1, :32] = -127
+    groups = Int8Groups(codes, torch.rand(208, 2) * 0.01 + 1e-4)
+    head = Int8GroupLinear(groups, None)
+    # What it multiplies by: the stored codes times their group scale rounded to bfloat16, nothing else.
+    bf16_scales = groups.scales.bfloat16().float().repeat_interleave(32, dim=1)
+    assert torch.equal(head.dequantized(), codes.float() * bf16_scales)
+    x = torch.randn(5, 64)
+    expected = x.to(torch.bfloat16).float() @ head.dequantized().t()
+    torch.testing.assert_close(head(x), expected, rtol=2e-2, atol=2e-2 * float(expected.abs().max()))
+    ids = torch.tensor([0, 1, 207, 0])
+    assert torch.equal(head.embed(ids), head.dequantized()[ids])
+
+
+def test_int4_falls_back_to_int8_where_torch_cannot_pack_the_outputs() -> None:
+    weight = torch.randn(97, 64)  # 97 outputs: torch's int4 layout needs a multiple of 16
+    projection = make_projection([weight], None, "int4")
+    assert isinstance(projection, Int8Linear)
+    assert isinstance(make_projection([torch.randn(96, 64)], None, "int4"), Int4Linear)
 
 
 def test_int4_refuses_an_input_width_off_its_groups() -> None:

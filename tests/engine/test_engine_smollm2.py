@@ -86,7 +86,7 @@ def test_the_gguf_read_as_stored_equals_its_dequantised_conversion(model_dir: Pa
     from safetensors.torch import load_file
 
     from engine.gguf_weights import read_gguf_weights
-    from engine.quantized import Int4Groups
+    from engine.quantized import Int4Groups, Int8Groups
 
     source = resolve_generator("smollm2-135m-instruct", model_dir)
     converted = load_file(ensure_hf_folder(source, model_dir) / "model.safetensors")
@@ -100,8 +100,11 @@ def test_the_gguf_read_as_stored_equals_its_dequantised_conversion(model_dir: Pa
             value = ((value.codes.view(n, k // 32, 32).float() - 8) * value.scales[..., None]).view(n, k) + (
                 value.zeros.repeat_interleave(32, dim=1)
             )
+        elif isinstance(value, Int8Groups):
+            value = value.dense()
         assert torch.equal(value, converted[name]), name
     assert num_int4 == 7 * 30  # every projection of the 30 layers is Q4_1 in this file
+    assert isinstance(stored["model.embed_tokens.weight"], Int8Groups)  # the tied head is Q8_0
 
 
 @pytest.mark.usefixtures("one_thread")
