@@ -92,15 +92,18 @@ def hf_name(gguf_name: str) -> str:
 
 
 def projection_storage(path: Path) -> str:
-    """How a GGUF stores its layers' projections: `4-bit` (all Q4_0 / Q4_1, which int4 holds exactly),
-    `quantized` (other GGML types: 8-bit, K-quants, ...) or `float` (F32 / F16 / BF16)."""
+    """How a GGUF stores its layers' projections: `4-bit` (all Q4_0 / Q4_1 in a llama GGUF, which int4
+    holds exactly), `quantized` (other GGML types: 8-bit, K-quants, ...) or `float` (F32 / F16 / BF16)."""
+    reader = GGUFReader(path)
     types = {
         tensor.tensor_type
-        for tensor in GGUFReader(path).tensors
+        for tensor in reader.tensors
         if tensor.name.startswith("blk.") and tensor.name.split(".")[2] in _PROJECTIONS
     }
     if types and types <= set(_FOUR_BIT):
-        return "4-bit"
+        # Only a llama GGUF is read as stored; another goes through its float conversion, where the
+        # 4-bit codes are not kept as such.
+        return "4-bit" if _field(reader, "general.architecture") == "llama" else "quantized"
     floats = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
     return "float" if types <= floats else "quantized"
 

@@ -117,17 +117,7 @@ def weights_storage(source: GeneratorSource) -> str:
     `auto` never picks a format that would keep less than that (`engine.weights_choice`)."""
     if source.kind is not SourceKind.GGUF_FILE or not Path(source.location).is_file():
         return "float"
-    storage = projection_storage(Path(source.location))
-    if storage == "4-bit" and _gguf_architecture(Path(source.location)) != "llama":
-        return "quantized"  # read through the float conversion, where 4-bit codes are not kept as such
-    return storage
-
-
-def _gguf_architecture(path: Path) -> str | None:
-    from gguf import GGUFReader
-
-    field = GGUFReader(path).fields.get("general.architecture")
-    return None if field is None else str(field.contents())
+    return projection_storage(Path(source.location))
 
 
 def _stored_weights(source: GeneratorSource, folder: Path) -> dict[str, SourceWeight]:

@@ -42,13 +42,18 @@ class Int4Groups:
     def rows(self, index: torch.Tensor) -> Int4Groups:
         return Int4Groups(self.codes[index], self.scales[index], self.zeros[index])
 
+    def dense(self) -> torch.Tensor:
+        """(N, K) float32 exactly as stored."""
+        return self._values(self.scales, self.zeros)
+
     def dequantize(self) -> torch.Tensor:
         """(N, K) float32, with the scales and zeros rounded to bfloat16 as the kernel reads them."""
+        return self._values(self.scales.bfloat16().float(), self.zeros.bfloat16().float())
+
+    def _values(self, scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
         n, k = self.shape
         grouped = self.codes.view(n, k // GROUP_SIZE, GROUP_SIZE).float() - _INT4_OFFSET
-        scales = self.scales.bfloat16().float()[..., None]
-        zeros = self.zeros.bfloat16().float()[..., None]
-        return (grouped * scales + zeros).view(n, k)
+        return (grouped * scales[..., None] + zeros[..., None]).view(n, k)
 
     @classmethod
     def concat(cls, parts: list[Int4Groups]) -> Int4Groups:

@@ -149,12 +149,8 @@ def _packs_as_int4(weight: Int4Groups | Int8Groups) -> bool:
 
 def _dense(weight: SourceWeight) -> torch.Tensor:
     """Float32 values exactly as the source stores them (Q4_1: code * d + m with d and m as stored)."""
-    if isinstance(weight, Int8Groups):
+    if isinstance(weight, Int4Groups | Int8Groups):
         return weight.dense()
-    if isinstance(weight, Int4Groups):
-        n, k = weight.shape
-        grouped = weight.codes.view(n, k // 32, 32).float() - 8
-        return (grouped * weight.scales[..., None] + weight.zeros[..., None]).view(n, k)
     return weight.float()
 
 
