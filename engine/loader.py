@@ -54,7 +54,7 @@ def load_model(
     """Load weights, tokenizer and chat template from one source (see the module docstring).
 
     `weights` other than fp32 builds the projections in that format (`engine.weights_format`), on the CPU:
-    from a llama GGUF they are read as stored (Q4_1 codes kept), from anything else from the float folder.
+    from a llama GGUF they are read as stored (4- and 8-bit codes kept), from anything else from the float folder.
     """
     folder = ensure_hf_folder(source, model_dir)
     config = read_config(folder)

@@ -105,7 +105,7 @@ class Bf16Linear(Linear):
 
 
 Projection = nn.Module
-"""What a layer multiplies by: `Linear`, `Bf16Linear`, or `engine.quantized`'s `Int4Linear` / `Int8Linear`.
+"""What a layer multiplies by: `Linear`, `Bf16Linear`, or one of `engine.quantized`'s linears.
 Each maps (T, in) float32 to (T, out) float32 and has `dequantized()`; the head also has `embed()`."""
 
 
