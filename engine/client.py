@@ -189,18 +189,10 @@ class AsyncEngineClient:
         await done
 
     def encode_chat(self, messages: SequenceOf[Mapping[str, Any]]) -> list[int]:
-        """Prompt token ids of a chat, with the model's own chat template and the assistant turn opened."""
-        ids = self.tokenizer.apply_chat_template(
-            [dict(message) for message in messages],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        return list(ids)
+        return encode_chat(self.tokenizer, messages)
 
     def encode_prompt(self, text: str) -> list[int]:
-        """Prompt token ids of plain text (legacy completions)."""
-        return list(self.tokenizer.encode(text))
+        return encode_prompt(self.tokenizer, text)
 
     @property
     def metrics(self) -> EngineStats:
@@ -273,6 +265,22 @@ class AsyncEngineClient:
                 stream.put(error)
             elif output is not None:
                 stream.put(Finished(output.finish_reason or "abort", _usage(output)))
+
+
+def encode_chat(tokenizer: Any, messages: SequenceOf[Mapping[str, Any]]) -> list[int]:
+    """Prompt token ids of a chat, with the model's own chat template and the assistant turn opened."""
+    ids = tokenizer.apply_chat_template(
+        [dict(message) for message in messages],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    return list(ids)
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Prompt token ids of plain text (legacy completions)."""
+    return list(tokenizer.encode(text))
 
 
 def _usage(output: RequestOutput) -> Usage:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -42,6 +44,18 @@ class WeightsChoice:
     batch16_us: dict[str, float]
     cpu_capability: str
     reason: str
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, Any]) -> WeightsChoice:
+        """The choice another process made, from its `describe()` (the engine process tells workers)."""
+        return cls(
+            weights=description["weights"],
+            requested=str(description["requested"]),
+            batch1_us={str(key): float(value) for key, value in description["batch1_us"].items()},
+            batch16_us={str(key): float(value) for key, value in description["batch16_us"].items()},
+            cpu_capability=str(description["cpu_capability"]),
+            reason=str(description["reason"]),
+        )
 
     def describe(self) -> dict[str, object]:
         return {

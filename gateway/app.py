@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,10 +18,12 @@ from engine.model_files import resolve_generator
 from gateway.allocator import HeapTrimmer, limit_arenas
 from gateway.auth import AdminGuard, KeyRing
 from gateway.backend import Backend
+from gateway.background import cancel_and_wait
 from gateway.body_limit import BodyLimitMiddleware
 from gateway.breaker import BreakerState, CircuitBreaker
 from gateway.errors import install_error_handlers
 from gateway.metrics import GatewayMetrics
+from gateway.process_plan import ProcessPlan
 from gateway.ratelimit import RateLimiter
 from gateway.routes import admin, health, openai
 from gateway.service import CompletionService
@@ -31,6 +34,7 @@ from gateway.tenant_policy import TenantPolicy
 from gateway.tracecontext import TraceContextMiddleware
 from gateway.tracing import Tracing
 from gateway.upstream import UpstreamBackend
+from gateway.worker_peers import PeerServer, WorkerPeers, worker_socket
 from semantic.cache import CacheConfig, SemanticCache
 from semantic.embedder import SentenceEmbedder
 from semantic.embedder_source import resolve_embedder
@@ -42,12 +46,19 @@ from semantic.verdict import HitRule
 logger = logging.getLogger("kvgate")
 
 BackendFactory = Callable[[Settings], Backend]
+METRICS_REFRESH_S = 1.0
 
 
-def create_app(settings: Settings | None = None, backend_factory: BackendFactory | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    backend_factory: BackendFactory | None = None,
+    plan: ProcessPlan | None = None,
+) -> FastAPI:
     """Build the app; nothing heavy happens until the lifespan starts.
 
     `backend_factory` replaces the default backend (the upstream in reverse-proxy mode, else the engine).
+    `plan` makes this app one worker of `kvgate serve --workers N`: the store and the engine process are
+    the supervisor's, metrics go to the shared multiprocess directory, `/admin/stats` sums every worker.
     """
     settings = settings or Settings()
     keys = KeyRing.from_settings(
@@ -63,10 +74,17 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
         trimmer = HeapTrimmer(settings.malloc_trim_interval_s) if settings.malloc_trim_interval_s else None
         if trimmer is not None:
             trimmer.start()
-        store = await asyncio.to_thread(StoreRuntime.open, settings)
+        if plan is not None and plan.store_url is not None:
+            store = StoreRuntime.attach(plan.store_url)  # the supervisor keeps it running
+        else:
+            store = await asyncio.to_thread(StoreRuntime.open, settings)
         store.start_watching()
         breakers: dict[str, CircuitBreaker] = app.state.breakers
-        upstream_backend = partial(default_backend, upstream_breaker=breakers["upstream"])
+        upstream_backend = partial(
+            default_backend,
+            upstream_breaker=breakers["upstream"],
+            engine_socket=plan.engine_socket if plan is not None else None,
+        )
         backend = await asyncio.to_thread(backend_factory or upstream_backend, settings)
         app.state.limiter = RateLimiter(
             TenantPolicy(
@@ -82,24 +100,26 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
             breaker=breakers["store"],
         )
         cache: SemanticCache | None = None
+        peer_server: PeerServer | None = None
+        refresher: asyncio.Task[None] | None = None
         start_backend = getattr(backend, "start", None)  # reverse-proxy mode learns the upstream's models
         if start_backend is not None:
             await start_backend()
         register_metrics = getattr(backend, "register_metrics", None)
         if register_metrics is not None:
-            register_metrics(app.state.metrics.registry)
+            register_metrics(app.state.metrics.scrape)
         try:
             embedder = await asyncio.to_thread(
                 SentenceEmbedder,
                 resolve_embedder(settings.embedder),
                 settings.inference_runtime,
                 settings.export_dir,
-                settings.threads_for_inference(),
+                settings.threads_for_inference(plan.workers if plan is not None else 1),
             )
             cache = SemanticCache(
                 RedisEntryStore(store.client),
                 embedder,
-                await asyncio.to_thread(load_rule, settings),
+                await asyncio.to_thread(load_rule, settings, plan.workers if plan is not None else 1),
                 CacheConfig(default_ttl_s=settings.cache_ttl_s),
             )
             with rich_progress("rebuilding the semantic index from the store") as progress:
@@ -133,10 +153,20 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
                 embedder.name,
                 f" engine_weights={weights.weights} ({weights.reason})" if weights is not None else "",
             )
+            if plan is not None:
+                peer_server = PeerServer(worker_socket(plan.run_dir, plan.index), app.state.service)
+                app.state.peers = WorkerPeers(plan.run_dir, plan.workers)
+                app.state.worker = plan.index
+                refresher = asyncio.create_task(_refresh_metrics(app.state.metrics), name="metrics-refresh")
             freeze_startup_objects()
+            if peer_server is not None:
+                await peer_server.start()  # last: the supervisor reads it as "this worker is ready"
             yield
         finally:
             gc.unfreeze()  # what this app built can be collected once it stops (tests start many apps)
+            if peer_server is not None:
+                await peer_server.close()
+            await cancel_and_wait(refresher)
             if cache is not None:
                 await cache.stop()
             close = getattr(backend, "close", None)
@@ -152,7 +182,9 @@ def create_app(settings: Settings | None = None, backend_factory: BackendFactory
     telemetry: Any = {"tracing": False, "metrics": False, "logs": False}  # a TypedDict in FastAPI >= 0.16x
     app = FastAPI(title="kvgate", version="0.1.0", lifespan=lifespan, telemetry=telemetry)
     app.state.settings = settings
-    app.state.metrics = GatewayMetrics()
+    app.state.metrics = GatewayMetrics(multiprocess_dir=plan.metrics_dir if plan is not None else None)
+    app.state.peers = None
+    app.state.worker = None
     app.state.breakers = make_breakers(settings, app.state.metrics)
     app.state.tracing = Tracing.from_endpoint(settings.otlp_endpoint)
     app.state.keys = keys
@@ -180,7 +212,18 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def default_backend(settings: Settings, upstream_breaker: CircuitBreaker | None = None) -> Backend:
+async def _refresh_metrics(metrics: GatewayMetrics) -> None:
+    """A worker's index gauges, written to its metrics files every second for scrapes on other workers."""
+    while True:
+        metrics.refresh()
+        await asyncio.sleep(METRICS_REFRESH_S)
+
+
+def default_backend(
+    settings: Settings,
+    upstream_breaker: CircuitBreaker | None = None,
+    engine_socket: Path | None = None,
+) -> Backend:
     if settings.upstream_url is not None:
         models = [name.strip() for name in settings.upstream_models.split(",") if name.strip()]
         api_key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
@@ -196,6 +239,8 @@ def default_backend(settings: Settings, upstream_breaker: CircuitBreaker | None 
         )
     from gateway.engine_backend import EngineBackend  # torch and the model load only in this mode
 
+    if engine_socket is not None:
+        return EngineBackend.remote(settings, engine_socket)  # the engine process of --workers N
     return EngineBackend.load(settings)
 
 
@@ -219,12 +264,12 @@ def make_breakers(settings: Settings, metrics: GatewayMetrics) -> dict[str, Circ
     return breakers
 
 
-def load_rule(settings: Settings) -> HitRule:
+def load_rule(settings: Settings, workers: int = 1) -> HitRule:
     """The calibrated rule at the configured target (a `kvgate calibrate` file in the data dir wins)."""
     return load_calibrated_rule(
         settings.data_dir,
         settings.target_false_hit_rate,
         runtime=settings.inference_runtime,
         export_dir=settings.export_dir,
-        threads=settings.threads_for_inference(),
+        threads=settings.threads_for_inference(workers),
     )

@@ -26,8 +26,6 @@ from gateway.settings import Settings
 from semantic.changes import RedisClient
 from semantic.embedder_source import resolve_embedder
 
-KEEP_ALIVE_S = 75
-
 app = typer.Typer(help="kvgate: a semantic-cache gateway for LLM traffic.", no_args_is_help=True)
 console = Console(stderr=True)
 
@@ -40,27 +38,36 @@ def serve(
     port: Annotated[
         int | None, typer.Option(min=1, max=65535, help="TCP port (default: KVGATE_PORT or 8000).")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="HTTP worker processes sharing the port, each running the whole cache path, with one "
+            "engine process behind them (default: KVGATE_WORKERS or 1: everything in this process).",
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway. Pulls a missing default model first; starts an embedded store unless KVGATE_REDIS_URL is set."""
-    import uvicorn
-
-    from gateway.app import create_app
-
     settings = Settings()
     overrides = {key: value for key, value in {"host": host, "port": port}.items() if value is not None}
     settings = settings.model_copy(update=overrides)
     configure_logging(settings.log_level, json_lines=settings.log_format == "json")
     _pull_missing(settings)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        # Longer than clients' and load balancers' idle timeouts: the server never closes a kept-alive
-        # connection just as a client reuses it (uvicorn's 5 s default dropped requests under load).
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    count = workers if workers is not None else settings.workers
+    if count > 1:
+        from gateway.supervisor import Supervisor, SupervisorError
+
+        try:
+            Supervisor(settings, count, host, port).run()
+        except (SupervisorError, EmbeddedStoreError, OSError) as error:
+            console.print(f"[red]kvgate serve:[/red] {error}")
+            raise typer.Exit(code=2) from error
+        return
+    from gateway.app import create_app
+    from gateway.http_server import run_http
+
+    run_http(create_app(settings), settings)
 
 
 @app.command()

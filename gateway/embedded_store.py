@@ -67,7 +67,11 @@ class EmbeddedStore:
             self.socket_path.unlink()  # stale socket left by a crash
         log = (self.directory / "valkey.log").open("ab")
         self._process = subprocess.Popen(
-            self._command(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            self._command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+            process_group=0,  # Ctrl-C reaches kvgate only, which stops the store after its last write
         )
         log.close()
         deadline = time.monotonic() + self.start_timeout_s
@@ -137,6 +141,7 @@ class EmbeddedStore:
             client.close()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child between fork and exec: the kernel sends it SIGTERM when its parent dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

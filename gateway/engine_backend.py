@@ -1,7 +1,9 @@
-"""The in-process engine as a gateway backend: chat template, sampling parameters, context limits.
+"""The engine as a gateway backend: chat template, sampling parameters, context limits.
 
-Adapts `engine.client.AsyncEngineClient` to the `Backend` protocol. The tenant is the engine's cache salt,
-so KV prefixes are shared only within a tenant (prompt-cache timing attacks are real).
+Adapts `engine.client.AsyncEngineClient` (the engine in this process) or `engine.remote_client.
+RemoteEngineClient` (the engine process behind `kvgate serve --workers N`) to the `Backend` protocol. The
+tenant is the engine's cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing
+attacks are real). An engine that cannot be reached answers 503 `engine_unavailable`.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry
 
-from engine.client import AsyncEngineClient
+from engine.client import AsyncEngineClient, EngineStopped
 from engine.client import Finished as EngineFinished
 from engine.engine import ContextLengthExceeded, EngineConfig
-from engine.loader import ensure_hf_folder, load_model, read_config, weights_storage
+from engine.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
 from engine.metrics import register_engine_metrics
 from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from engine.remote_client import RemoteEngineClient
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.weights_choice import WeightsChoice, choose_weights
 from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.settings import Settings
+
+ENGINE_CONNECT_TIMEOUT_S = 60.0
 
 
 class EngineBackend:
@@ -35,7 +40,7 @@ class EngineBackend:
 
     def __init__(
         self,
-        client: AsyncEngineClient,
+        client: AsyncEngineClient | RemoteEngineClient,
         model_name: str,
         default_max_tokens: int,
         weights: WeightsChoice | None = None,
@@ -49,19 +54,32 @@ class EngineBackend:
     @classmethod
     def load(cls, settings: Settings) -> EngineBackend:
         """Load the configured generator (converting a GGUF once) and start the engine's step loop."""
-        source = resolve_generator(settings.generator, settings.model_dir)
-        config = read_config(ensure_hf_folder(source, settings.model_dir))
-        weights = choose_weights(settings.engine_weights, config, weights_storage(source))
-        loaded = load_model(source, settings.model_dir, weights=weights.weights)
-        name = served_model_name(settings)
-        engine_config = EngineConfig(
-            num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
-            block_size=settings.kv_block_size,
-            scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
-        )
-        client = AsyncEngineClient.from_loaded(loaded, name, engine_config)
-        client.start()
-        return cls(client, name, settings.default_max_tokens, weights)
+        client, weights, _ = start_engine(settings)
+        return cls(client, client.model_name, settings.default_max_tokens, weights)
+
+    @classmethod
+    def remote(cls, settings: Settings, socket_path: Path) -> EngineBackend:
+        """The engine process at `socket_path` (connected by `start()`, in the app's event loop)."""
+        client = RemoteEngineClient(socket_path, load_tokenizer)
+        return cls(client, served_model_name(settings), settings.default_max_tokens)
+
+    async def start(self) -> None:
+        """Reach the engine process and learn its weights format (nothing to do for an in-process one)."""
+        if isinstance(self.client, RemoteEngineClient):
+            await self.client.connect(timeout_s=ENGINE_CONNECT_TIMEOUT_S)
+            description = self.client.info.get("weights")
+            if description is not None:
+                self.weights = WeightsChoice.from_description(description)
+
+    @property
+    def available(self) -> bool:
+        """Can a miss reach the engine now? (The engine process may be restarting.)"""
+        return not isinstance(self.client, RemoteEngineClient) or self.client.connected
+
+    async def refresh_metrics(self) -> None:
+        """Read the engine process's metrics now, before a scrape (in process they are always current)."""
+        if isinstance(self.client, RemoteEngineClient):
+            await self.client.refresh_metrics()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         if request.messages is not None:
@@ -102,6 +120,12 @@ class EngineBackend:
                     yield TextDelta(event.text)
         except ContextLengthExceeded as error:
             raise _too_long(len(token_ids), self.client.max_model_len, param) from error
+        except EngineStopped as error:
+            raise ServiceUnavailable(
+                "The engine is not available right now; retry shortly.",
+                code="engine_unavailable",
+                headers={"Retry-After": "2"},
+            ) from error
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """Export the engine's series (prefix cache, KV usage, queues, TTFT, ITL) on the gateway's registry."""
@@ -121,6 +145,23 @@ class EngineBackend:
 
     async def close(self) -> None:
         await self.client.shutdown()
+
+
+def start_engine(settings: Settings) -> tuple[AsyncEngineClient, WeightsChoice, Path]:
+    """Load the configured generator in this process and start the engine's step loop; also returns the
+    model folder (its tokenizer is the one workers use)."""
+    source = resolve_generator(settings.generator, settings.model_dir)
+    config = read_config(ensure_hf_folder(source, settings.model_dir))
+    weights = choose_weights(settings.engine_weights, config, weights_storage(source))
+    loaded = load_model(source, settings.model_dir, weights=weights.weights)
+    engine_config = EngineConfig(
+        num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
+        block_size=settings.kv_block_size,
+        scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
+    )
+    client = AsyncEngineClient.from_loaded(loaded, served_model_name(settings), engine_config)
+    client.start()
+    return client, weights, loaded.folder
 
 
 def served_model_name(settings: Settings) -> str:

@@ -60,6 +60,23 @@ class ScopeHits:
         else:
             count.semantic_hit += 1
 
+    def export(self) -> list[list[Any]]:
+        return [
+            [scope_id, count.tenant, count.model, count.exact_hit, count.semantic_hit, count.overcount]
+            for scope_id, count in self._counts.items()
+        ]
+
+    def merge(self, exported: list[list[Any]]) -> None:
+        """Add another counter table's counts (a worker's); beyond `capacity` the smallest scopes go."""
+        for scope_id, tenant, model, exact_hit, semantic_hit, overcount in exported:
+            count = self._counts.setdefault(str(scope_id), ScopeCount(str(tenant), str(model)))
+            count.exact_hit += int(exact_hit)
+            count.semantic_hit += int(semantic_hit)
+            count.overcount += int(overcount)
+        if len(self._counts) > self.capacity:
+            ranked = sorted(self._counts.items(), key=lambda item: (-item[1].hits, item[0]))
+            self._counts = dict(ranked[: self.capacity])
+
     def top(self, tenant: str | None = None, limit: int = TOP_SCOPES) -> list[dict[str, Any]]:
         """The `limit` scopes with most hits (ties by scope id), optionally of one tenant only."""
         ranked = sorted(

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     default Q4_1 GGUF on AVX-512 machines int4, the file's own 4-bit codes; never int4 for an 8-bit or float
     model. fp32 is the transformers-exact reference."""
 
+    workers: int = Field(default=1, ge=1, le=64)
+    """HTTP worker processes (`kvgate serve --workers`). 1: one process holds everything. N > 1: a supervisor
+    runs N workers on one shared port, each with the whole cache path (embedder, verifier, its own copy of
+    the FAISS index), and one engine process behind them that owns the model and the prefix cache
+    (docs/deploy.md, "Workers")."""
+
     engine_max_num_seqs: int = Field(default=64, ge=1)
     """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
 
@@ -116,7 +122,8 @@ class Settings(BaseSettings):
 
     inference_threads: int | None = Field(default=None, ge=1, le=256)
     """Threads of one embedder or verifier call. Unset: every core in reverse-proxy mode (the process has
-    nothing else heavy to run), the cores left over from `torch_threads` in engine mode (at least 1)."""
+    nothing else heavy to run), the cores left over from `torch_threads` in engine mode (at least 1); with
+    `workers`, each worker's share of those."""
 
     torch_threads: int = Field(default=1, ge=1, le=256)
     """Intra-op threads for torch. One per op lets the engine and the embedder run on separate cores at
@@ -216,11 +223,12 @@ class Settings(BaseSettings):
         """Where the embedder's and the verifier's ONNX exports are cached, beside the GGUF conversion."""
         return self.model_dir / "onnx"
 
-    def threads_for_inference(self) -> int:
-        """`inference_threads`, or what is left of this machine's cores for the embedder and the verifier."""
+    def threads_for_inference(self, workers: int = 1) -> int:
+        """`inference_threads`, or this process's share of the cores left for the embedder and the
+        verifier (`workers` processes run them side by side)."""
         if self.inference_threads is not None:
             return self.inference_threads
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if self.upstream_url is not None:
-            return cores
-        return max(1, cores - self.torch_threads)
+        if self.upstream_url is None:
+            cores -= self.torch_threads
+        return max(1, cores // workers)

@@ -45,6 +45,14 @@ class ShadowStats:
         )
         return similarity
 
+    def merge(self, other: ShadowStats) -> None:
+        """Add another worker's counts."""
+        self.would_hit += other.would_hit
+        self.compared += other.compared
+        self.identical += other.identical
+        self.similarity_sum += other.similarity_sum
+        self.histogram = [mine + theirs for mine, theirs in zip(self.histogram, other.histogram, strict=True)]
+
     def report(self) -> dict[str, Any]:
         return {
             "would_hit": self.would_hit,

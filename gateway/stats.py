@@ -1,7 +1,8 @@
 """Hit-rate bookkeeping behind `/admin/stats`: counts by tenant, model and cache result, since start and
 over the last hour (one-minute buckets), plus the tokens and engine seconds that hits saved.
 
-This process's view only; `/metrics` carries the same counts for Prometheus to sum across replicas.
+One process's view; behind `kvgate serve --workers N` the route merges every worker's (`export` /
+`merged`). `/metrics` carries the same counts for Prometheus to sum across replicas.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ class Tally:
         self.results.update(other.results)
         self.tokens_saved += other.tokens_saved
         self.seconds_saved += other.seconds_saved
+
+    def export(self) -> dict[str, Any]:
+        return {
+            "results": dict(self.results),
+            "tokens_saved": self.tokens_saved,
+            "seconds_saved": self.seconds_saved,
+        }
+
+    @classmethod
+    def from_export(cls, data: dict[str, Any]) -> Tally:
+        results = Counter({str(key): int(value) for key, value in data["results"].items()})
+        return cls(results, int(data["tokens_saved"]), float(data["seconds_saved"]))
 
     def report(self) -> dict[str, Any]:
         total = sum(self.results.values())
@@ -99,9 +112,44 @@ class HitStats:
             "top_scopes": self.scopes.top(tenant),
         }
 
+    def export(self) -> dict[str, Any]:
+        """Everything `report` reads, as JSON-ready data (a worker sends it to the one asked for stats)."""
+        return {
+            "started": self.started,
+            "since_start": _export_tallies(self._since_start),
+            "buckets": [[minute, _export_tallies(bucket)] for minute, bucket in self._buckets],
+            "scopes": self.scopes.export(),
+        }
+
+    @classmethod
+    def merged(cls, exports: list[dict[str, Any]], clock: Any = time.time) -> HitStats:
+        """One `HitStats` counting what every exporter counted (uptime from the earliest start)."""
+        stats = cls(clock)
+        by_minute: dict[int, dict[tuple[str, str], Tally]] = {}
+        for data in exports:
+            stats.started = min(stats.started, float(data["started"]))
+            _merge_tallies(stats._since_start, data["since_start"])
+            for minute, tallies in data["buckets"]:
+                _merge_tallies(by_minute.setdefault(int(minute), defaultdict(Tally)), tallies)
+            stats.scopes.merge(data["scopes"])
+        stats._buckets.extend(sorted(by_minute.items()))
+        return stats
+
     def _drop_old(self, minute: int) -> None:
         while self._buckets and self._buckets[0][0] <= minute - _WINDOW_BUCKETS:
             self._buckets.popleft()
+
+
+def _export_tallies(tallies: dict[tuple[str, str], Tally]) -> list[list[Any]]:
+    return [[tenant, model, tally.export()] for (tenant, model), tally in tallies.items()]
+
+
+def _merge_tallies(into: dict[tuple[str, str], Tally], exported: list[list[Any]]) -> None:
+    for tenant, model, data in exported:
+        key = (str(tenant), str(model))
+        if key not in into:
+            into[key] = Tally()
+        into[key].merge(Tally.from_export(data))
 
 
 def _sections(tallies: dict[tuple[str, str], Tally], tenant: str | None) -> dict[str, Any]:

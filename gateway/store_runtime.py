@@ -54,6 +54,11 @@ class StoreRuntime:
         embedded.start()
         return cls(single_node_client(embedded.url), kind="embedded", url=embedded.url, embedded=embedded)
 
+    @classmethod
+    def attach(cls, url: str) -> StoreRuntime:
+        """The embedded store another process (the supervisor of `--workers N`) runs and keeps running."""
+        return cls(single_node_client(url), kind="embedded", url=url)
+
     async def describe(self) -> dict[str, object]:
         """What `/healthz` shows: kind, URL without credentials, server version, reachability."""
         try:

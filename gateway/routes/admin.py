@@ -12,6 +12,7 @@ from gateway.deps import AdminCaller, ServiceDep
 from gateway.errors import InvalidRequest
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.report_stats import prefix_cache, rule_summary, similarity_histogram
+from gateway.routes.health import current_registry
 from gateway.service import CompletionCall
 from semantic.purge import PurgeSelector
 
@@ -73,13 +74,21 @@ async def purge(body: PurgeRequest, service: ServiceDep, caller: AdminCaller) ->
 async def stats(
     request: Request, service: ServiceDep, caller: AdminCaller, tenant: str | None = None
 ) -> dict[str, Any]:
-    """Hit rates (exact, semantic, miss) overall, per tenant and per model; last hour and since start."""
-    registry = request.app.state.metrics.registry
-    return service.stats.report(tenant) | {
+    """Hit rates (exact, semantic, miss) overall, per tenant and per model; last hour and since start.
+    With `--workers N`, every worker's traffic."""
+    state = request.app.state
+    registry = await current_registry(state)
+    hits, shadow, workers = service.stats, service.shadow, None
+    if state.peers is not None:
+        cluster = await state.peers.stats()
+        hits, shadow = cluster.stats, cluster.shadow
+        workers = {"count": cluster.workers, "answered": cluster.answered}
+    return hits.report(tenant) | {
         "similarity": similarity_histogram(registry),
         "rule": rule_summary(service.cache.rule),
         "prefix_cache": prefix_cache(registry),
-        "shadow": service.shadow.report() | {"enabled": service.shadow_mode},
+        "shadow": shadow.report() | {"enabled": service.shadow_mode},
+        "workers": workers,
     }
 
 

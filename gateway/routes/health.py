@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 router = APIRouter()
 
@@ -35,7 +35,21 @@ async def healthz(request: Request) -> dict[str, Any]:
             "weights": _weights(state.backend),
         },
         "store": store,
+        "workers": _workers(state),
     }
+
+
+def _workers(state: Any) -> dict[str, int] | None:
+    """With `kvgate serve --workers N`: how many, and which one answered (None in a single process)."""
+    if state.peers is None:
+        return None
+    return {"count": state.peers.workers, "this": state.worker}
+
+
+def _engine(backend: Any) -> str | None:
+    """`up` or `down` (misses answer 503 while the engine process restarts); None in reverse-proxy mode."""
+    available = getattr(backend, "available", None)
+    return None if available is None else ("up" if available else "down")
 
 
 def _weights(backend: Any) -> dict[str, object] | None:
@@ -54,7 +68,8 @@ def _verifier(rule: Any) -> dict[str, str] | None:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """200 while requests can be answered; `degraded` when the cache store is down (answers still flow)."""
+    """200 while requests can be answered; `degraded` when the cache store is down (answers still flow);
+    `engine` says whether misses can reach the engine now."""
     state = request.app.state
     store = await state.store.describe()
     service = state.service
@@ -65,11 +80,23 @@ async def readyz(request: Request) -> JSONResponse:
         "max_pending": service.max_pending,
         "breakers": {name: breaker.describe() for name, breaker in state.breakers.items()},
         "rate_limiter": "redis" if state.limiter.last_shared else "local",
+        "engine": _engine(state.backend),
     }
     return JSONResponse(body, status_code=200)
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition of the gateway's (and engine's) series."""
-    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text exposition of the gateway's (and engine's) series; with workers, all of theirs."""
+    registry = await current_registry(request.app.state)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def current_registry(state: Any) -> CollectorRegistry:
+    """The registry to expose, with this worker's gauges and the engine process's series read now."""
+    refresh_engine = getattr(state.backend, "refresh_metrics", None)
+    if refresh_engine is not None:
+        await refresh_engine()
+    state.metrics.refresh()
+    registry: CollectorRegistry = state.metrics.scrape
+    return registry

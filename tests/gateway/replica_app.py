@@ -10,7 +10,7 @@ import sys
 import uvicorn
 
 from gateway.app import create_app
-from gateway.cli import KEEP_ALIVE_S
+from gateway.http_server import KEEP_ALIVE_S
 from gateway.settings import Settings
 from tests.gateway.fakes import ScriptedBackend
 

@@ -19,7 +19,7 @@ from types import FrameType
 import uvicorn
 
 from gateway.app import create_app
-from gateway.cli import KEEP_ALIVE_S
+from gateway.http_server import KEEP_ALIVE_S
 from gateway.settings import Settings
 from tests.gateway.fakes import ScriptedBackend
 

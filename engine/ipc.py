@@ -1,0 +1,69 @@
+"""The wire format between the engine process and the gateway's workers: one JSON object per line.
+
+A local unix socket carries few, small messages (a request, then one message per step with new text), so
+newline-delimited JSON over asyncio streams is enough: no framing library, readable with `socat` when
+debugging. `EngineStats` travels as a plain dict (`stats_to_wire` / `stats_from_wire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+from engine.metrics import EngineStats, Histogram
+
+MAX_LINE_BYTES = 64 * 1024 * 1024  # a 32k-token prompt as JSON ids is ~200 kB; chat text can be larger
+
+Message = dict[str, Any]
+
+
+class ConnectionClosed(ConnectionError):
+    """The other side went away (its process exited, or it closed the socket)."""
+
+
+async def send(writer: asyncio.StreamWriter, message: Message) -> None:
+    writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    await writer.drain()
+
+
+async def receive(reader: asyncio.StreamReader) -> Message:
+    """The next message; raises `ConnectionClosed` at the end of the stream."""
+    try:
+        line = await reader.readline()
+    except (ConnectionError, asyncio.IncompleteReadError) as error:
+        raise ConnectionClosed(str(error)) from error
+    if not line:
+        raise ConnectionClosed("the peer closed the connection")
+    message = json.loads(line)
+    if not isinstance(message, dict):
+        raise ValueError(f"expected a JSON object, got {type(message).__name__}")
+    return message
+
+
+async def open_connection(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_unix_connection(path, limit=MAX_LINE_BYTES)
+
+
+def stats_to_wire(stats: EngineStats) -> Message:
+    return asdict(stats)
+
+
+def stats_from_wire(data: Message) -> EngineStats:
+    def histogram(raw: Message) -> Histogram:
+        return Histogram(tuple(raw["buckets"]), list(raw["counts"]), float(raw["total"]), int(raw["count"]))
+
+    return EngineStats(
+        num_running=int(data["num_running"]),
+        num_waiting=int(data["num_waiting"]),
+        kv_cache_usage=float(data["kv_cache_usage"]),
+        prefix_cache_queries=int(data["prefix_cache_queries"]),
+        prefix_cache_hits=int(data["prefix_cache_hits"]),
+        num_preemptions=int(data["num_preemptions"]),
+        prompt_tokens=int(data["prompt_tokens"]),
+        generation_tokens=int(data["generation_tokens"]),
+        finished={str(key): int(value) for key, value in data["finished"].items()},
+        time_to_first_token=histogram(data["time_to_first_token"]),
+        inter_token_latency=histogram(data["inter_token_latency"]),
+    )

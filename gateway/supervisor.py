@@ -1,0 +1,252 @@
+"""`kvgate serve --workers N`: one supervisor owning the embedded store, one engine process and N workers.
+
+    supervisor ── embedded store (valkey-server; none with KVGATE_REDIS_URL)
+               ── engine process (model, paged KV cache, scheduler; none in reverse-proxy mode)
+               ── worker 0 … N-1 (HTTP + the whole cache path, accepting on one shared listening socket)
+
+Children start in that order, each once the one before answers; the supervisor reports ready when every
+worker answers its ping. A child that exits is started again (with back-off); a worker's Prometheus gauges
+are dropped with it. SIGTERM or SIGINT drains: the workers first (uvicorn finishes the requests it has
+accepted, streams included), then the engine, then the store. Every child is told to die with the
+supervisor (PR_SET_PDEATHSIG), so none outlives `kill -9` of it. The supervisor itself is a plain
+synchronous loop: it holds no model, no index and no event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import multiprocess
+
+from gateway.embedded_store import EmbeddedStore, die_with_parent
+from gateway.process_plan import ProcessPlan
+from gateway.settings import Settings
+from gateway.worker_peers import ping, worker_socket
+
+logger = logging.getLogger("kvgate.supervisor")
+
+POLL_S = 0.2
+ENGINE_START_TIMEOUT_S = 900.0  # the first start converts the GGUF and measures the weights formats
+WORKER_START_TIMEOUT_S = 300.0
+DRAIN_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+RESTART_BACKOFF_CAP_S = 10.0
+LISTEN_BACKLOG = 2048
+
+
+class SupervisorError(RuntimeError):
+    """A child could not be started at all (its log says why)."""
+
+
+@dataclass(slots=True)
+class Child:
+    name: str
+    module: str
+    plan: ProcessPlan
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    backoff_s: float = field(default=0.5)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, workers: int, host: str | None, port: int | None) -> None:
+        self.settings = settings
+        self.workers = workers
+        self.host = host or settings.host
+        self.port = port or settings.port
+        self.run_dir = settings.data_dir / "run"
+        self.store: EmbeddedStore | None = None
+        self.engine: Child | None = None
+        self.children: list[Child] = []
+        self._listener: socket.socket | None = None
+        self._stopping = False
+
+    def run(self) -> None:
+        """Start everything, keep it running until SIGTERM/SIGINT, then drain and stop it all."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop_requested)
+        try:
+            self._start()
+            if not self._stopping:
+                self._watch()
+        finally:
+            self._shutdown()
+
+    # Start-up -----------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._prepare_run_dir()
+        store_url = None
+        if self.settings.redis_url is None:
+            self.store = EmbeddedStore(self.settings.store_dir)
+            self.store.start()
+            store_url = self.store.url
+        base = ProcessPlan(
+            "worker", self.run_dir, self.workers, store_url=store_url, host=self.host, port=self.port
+        )
+        if self.settings.upstream_url is None:
+            self.engine = Child("engine", "gateway.engine_process", replace(base, kind="engine"))
+            self._spawn(self.engine)
+            self._wait_ready(self.engine, ENGINE_START_TIMEOUT_S, lambda: _engine_answers(base.engine_socket))
+            if self._stopping:
+                return
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._listener = socket.create_server((self.host, self.port), family=family, backlog=LISTEN_BACKLOG)
+        self._listener.set_inheritable(True)
+        fd = self._listener.fileno()
+        for index in range(self.workers):
+            plan = replace(base, index=index, listen_fd=fd)
+            self.children.append(Child(f"worker {index}", "gateway.worker_process", plan))
+        for child in self.children:
+            self._spawn(child)
+        for child in self.children:
+            self._wait_ready(child, WORKER_START_TIMEOUT_S, partial(_worker_answers, self.run_dir, child))
+        if self._stopping:
+            return
+        logger.info(
+            "kvgate ready: %d workers on %s:%d, engine=%s, store=%s",
+            self.workers,
+            self.host,
+            self.port,
+            "process" if self.engine is not None else "upstream",
+            "embedded" if self.store is not None else "external",
+        )
+
+    def _prepare_run_dir(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.run_dir.glob("*.sock"):
+            stale.unlink()
+        metrics_dir = self.run_dir / "metrics"
+        shutil.rmtree(metrics_dir, ignore_errors=True)  # counts start from zero with the gateway
+        metrics_dir.mkdir()
+
+    def _wait_ready(self, child: Child, timeout_s: float, answers: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._stopping:
+            if not child.running:
+                code = child.process.returncode if child.process is not None else None
+                raise SupervisorError(f"the {child.name} exited with {code} while starting")
+            if answers():
+                return
+            if time.monotonic() > deadline:
+                raise SupervisorError(f"the {child.name} did not become ready within {timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+    def _spawn(self, child: Child) -> None:
+        env = dict(os.environ)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(child.plan.metrics_dir)
+        pass_fds = (child.plan.listen_fd,) if child.plan.listen_fd is not None else ()
+        child.process = subprocess.Popen(
+            [sys.executable, "-m", child.module, child.plan.to_json()],
+            env=env,
+            pass_fds=pass_fds,
+            preexec_fn=die_with_parent,
+            # A group of its own: Ctrl-C, or `kill` of the supervisor's group, reaches the supervisor only,
+            # which stops the children in order (an engine stopped before the workers drain fails them).
+            process_group=0,
+        )
+        logger.info("started the %s (pid %d)", child.name, child.process.pid)
+
+    # Running ------------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stopping:
+            time.sleep(POLL_S)
+            if self.store is not None and not self.store.running and not self._stopping:
+                logger.error("the embedded store exited; starting it again")
+                with contextlib.suppress(Exception):
+                    self.store.start()
+            for child in ([self.engine] if self.engine is not None else []) + self.children:
+                if not self._stopping:
+                    self._keep_running(child)
+
+    def _keep_running(self, child: Child) -> None:
+        if child.running:
+            child.backoff_s = 0.5
+            return
+        now = time.monotonic()
+        if child.process is not None:
+            code = child.process.returncode
+            logger.error(
+                "the %s (pid %d) exited with %s; starting it again", child.name, child.process.pid, code
+            )
+            if child.plan.kind == "worker":
+                multiprocess.mark_process_dead(  # type: ignore[no-untyped-call]
+                    child.process.pid, str(child.plan.metrics_dir)
+                )
+            child.process = None
+            child.next_start = now + child.backoff_s
+            child.backoff_s = min(2 * child.backoff_s, RESTART_BACKOFF_CAP_S)
+        if now >= child.next_start:
+            child.restarts += 1
+            self._spawn(child)
+
+    # Shutdown -----------------------------------------------------------------------------------
+
+    def _stop_requested(self, signum: int, frame: FrameType | None) -> None:
+        if not self._stopping:
+            logger.info("signal %d: draining the workers, then stopping the engine and the store", signum)
+        self._stopping = True
+
+    def _shutdown(self) -> None:
+        self._stopping = True
+        _stop_all(self.children, DRAIN_TIMEOUT_S)  # in-flight requests still need the engine
+        if self._listener is not None:
+            self._listener.close()
+        if self.engine is not None:
+            _stop_all([self.engine], STOP_TIMEOUT_S)
+        if self.store is not None:
+            self.store.stop()
+        for leftover in self.run_dir.glob("*.sock"):
+            leftover.unlink(missing_ok=True)
+        logger.info("kvgate stopped")
+
+
+def _stop_all(children: list[Child], timeout_s: float) -> None:
+    running = [child for child in children if child.running]
+    for child in running:
+        assert child.process is not None
+        child.process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for child in running:
+        assert child.process is not None
+        try:
+            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.error("the %s did not stop within %.0f s; killing it", child.name, timeout_s)
+            child.process.kill()
+            child.process.wait()
+
+
+def _worker_answers(run_dir: Path, child: Child) -> bool:
+    return ping(worker_socket(run_dir, child.plan.index)) is not None
+
+
+def _engine_answers(path: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+            peer.settimeout(5.0)
+            peer.connect(str(path))
+            peer.sendall(b'{"op":"hello"}\n')
+            return bool(json.loads(peer.makefile("rb").readline()).get("op") == "hello")
+    except (OSError, ValueError):
+        return False
