@@ -33,7 +33,7 @@ from types import FrameType
 from prometheus_client import multiprocess
 
 from gateway.embedded_store import EmbeddedStore, die_with_parent
-from gateway.process_plan import ProcessPlan
+from gateway.process_plan import ENGINE_SOCKET, ProcessPlan
 from gateway.settings import Settings
 from gateway.worker_peers import ping, worker_socket
 
@@ -94,12 +94,17 @@ class Supervisor:
     # Start-up -----------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._prepare_run_dir()
+        # Bound now, so a port in use fails at once; listening only once the workers are about to accept.
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((self.host, self.port))
         store_url = None
         if self.settings.redis_url is None:
             self.store = EmbeddedStore(self.settings.store_dir)
-            self.store.start()
+            self.store.start()  # refuses a data dir whose store another kvgate already serves
             store_url = self.store.url
+        self._prepare_run_dir()
         base = ProcessPlan(
             "worker", self.run_dir, self.workers, store_url=store_url, host=self.host, port=self.port
         )
@@ -109,8 +114,7 @@ class Supervisor:
             self._wait_ready(self.engine, ENGINE_START_TIMEOUT_S, lambda: _engine_answers(base.engine_socket))
             if self._stopping:
                 return
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        self._listener = socket.create_server((self.host, self.port), family=family, backlog=LISTEN_BACKLOG)
+        self._listener.listen(LISTEN_BACKLOG)
         self._listener.set_inheritable(True)
         fd = self._listener.fileno()
         for index in range(self.workers):
@@ -133,8 +137,14 @@ class Supervisor:
 
     def _prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if _engine_answers(self.run_dir / ENGINE_SOCKET) or any(
+            ping(path) is not None for path in self.run_dir.glob("worker-*.sock")
+        ):
+            raise SupervisorError(
+                f"another kvgate already runs with {self.run_dir}; stop it or point KVGATE_DATA_DIR elsewhere"
+            )
         for stale in self.run_dir.glob("*.sock"):
-            stale.unlink()
+            stale.unlink()  # left by a supervisor that was killed
         metrics_dir = self.run_dir / "metrics"
         shutil.rmtree(metrics_dir, ignore_errors=True)  # counts start from zero with the gateway
         metrics_dir.mkdir()

@@ -16,11 +16,14 @@ import os
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.ipc import ConnectionClosed, Message, open_connection, receive, send
-from gateway.service import CompletionService
 from gateway.shadow import ShadowStats
 from gateway.stats import HitStats
+
+if TYPE_CHECKING:  # the supervisor imports `ping`; it must not load the cache path (torch, the embedder)
+    from gateway.service import CompletionService
 
 PEER_TIMEOUT_S = 2.0
 
