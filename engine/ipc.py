@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from dataclasses import asdict
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engine.metrics import EngineStats, Histogram
+
+if TYPE_CHECKING:  # torch: the supervisor imports this module for `ask_blocking` and must stay light
+    from engine.sampler import SamplingParams
 
 MAX_LINE_BYTES = 64 * 1024 * 1024  # a 32k-token prompt as JSON ids is ~200 kB; chat text can be larger
 
@@ -44,6 +49,39 @@ async def receive(reader: asyncio.StreamReader) -> Message:
 
 async def open_connection(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_unix_connection(path, limit=MAX_LINE_BYTES)
+
+
+def ask_blocking(path: Path, message: Message, timeout_s: float = 5.0) -> Message | None:
+    """One request and its reply on a fresh connection, without an event loop (the supervisor's probes);
+    None when nothing answers."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+            peer.settimeout(timeout_s)
+            peer.connect(str(path))
+            peer.sendall(json.dumps(message).encode() + b"\n")
+            reply = json.loads(peer.makefile("rb").readline())
+    except (OSError, ValueError):
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def sampling_to_wire(sampling: SamplingParams) -> Message:
+    return asdict(sampling)
+
+
+def sampling_from_wire(data: Message) -> SamplingParams:
+    from engine.sampler import SamplingParams
+
+    return SamplingParams(
+        temperature=float(data["temperature"]),
+        top_k=None if data.get("top_k") is None else int(data["top_k"]),
+        top_p=float(data["top_p"]),
+        seed=None if data.get("seed") is None else int(data["seed"]),
+        max_tokens=int(data["max_tokens"]),
+        stop_token_ids=tuple(int(token) for token in data.get("stop_token_ids", ())),
+        stop=tuple(str(text) for text in data.get("stop", ())),
+        ignore_eos=bool(data.get("ignore_eos", False)),
+    )
 
 
 def stats_to_wire(stats: EngineStats) -> Message:

@@ -17,7 +17,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from collections.abc import Sequence as SequenceOf
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,15 @@ from engine.client import (
     encode_prompt,
 )
 from engine.engine import ContextLengthExceeded
-from engine.ipc import ConnectionClosed, Message, open_connection, receive, send, stats_from_wire
+from engine.ipc import (
+    ConnectionClosed,
+    Message,
+    open_connection,
+    receive,
+    sampling_to_wire,
+    send,
+    stats_from_wire,
+)
 from engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineStats, Histogram
 from engine.sampler import SamplingParams
 
@@ -116,7 +123,7 @@ class RemoteEngineClient:
                     "op": "generate",
                     "id": request_id,
                     "prompt_token_ids": list(prompt_token_ids),
-                    "sampling": asdict(sampling or SamplingParams()),
+                    "sampling": sampling_to_wire(sampling or SamplingParams()),
                     "cache_salt": cache_salt,
                     "priority": priority,
                 }
@@ -139,7 +146,7 @@ class RemoteEngineClient:
     async def abort(self, request_id: str) -> None:
         """Cancel a request; returns once the engine freed its blocks. A no-op when disconnected."""
         if self.connected:
-            with contextlib.suppress(EngineUnavailable, TimeoutError):
+            with contextlib.suppress(EngineStopped, TimeoutError):
                 await self._ask({"op": "abort", "id": request_id})
 
     def encode_chat(self, messages: SequenceOf[Mapping[str, Any]]) -> list[int]:
@@ -155,7 +162,7 @@ class RemoteEngineClient:
 
     async def refresh_metrics(self) -> EngineStats:
         """Read the engine's metrics now (the last reading if it does not answer)."""
-        with contextlib.suppress(EngineUnavailable, TimeoutError):
+        with contextlib.suppress(EngineStopped, TimeoutError):
             self._stats = stats_from_wire((await self._ask({"op": "metrics"}))["stats"])
         return self._stats
 
@@ -166,12 +173,15 @@ class RemoteEngineClient:
         try:
             await send(writer, {"op": "hello"})
             hello = await asyncio.wait_for(receive(reader), REPLY_TIMEOUT_S)
+            model_name, max_model_len = str(hello["model_name"]), int(hello["max_model_len"])
+            info = dict(hello.get("info") or {})
+        except (KeyError, TypeError, ValueError) as error:
+            writer.close()
+            raise ConnectionClosed(f"not an engine's hello: {error!r}") from error
         except BaseException:
             writer.close()
             raise
-        self.model_name = str(hello["model_name"])
-        self.max_model_len = int(hello["max_model_len"])
-        self.info = dict(hello.get("info") or {})
+        self.model_name, self.max_model_len, self.info = model_name, max_model_len, info
         self._writer = writer
         self._reader_task = asyncio.create_task(self._read(reader, writer), name="engine-connection")
 
@@ -179,9 +189,9 @@ class RemoteEngineClient:
         try:
             while True:
                 self._dispatch(await receive(reader))
-        except (ConnectionClosed, OSError, ValueError) as error:
-            if not self._closed:
-                logger.error("lost the engine process (%s); misses answer 503 until it is back", error)
+        except (ConnectionClosed, OSError, ValueError, KeyError, TypeError) as error:
+            if not self._closed:  # a bad message is treated as a lost engine: reconnecting resynchronises
+                logger.error("lost the engine process (%r); misses answer 503 until it is back", error)
         finally:
             writer.close()
             if self._writer is writer:

@@ -25,8 +25,15 @@ from typing import Any
 
 from engine.client import AsyncEngineClient, EngineStopped, Finished
 from engine.engine import ContextLengthExceeded
-from engine.ipc import MAX_LINE_BYTES, ConnectionClosed, Message, receive, send, stats_to_wire
-from engine.sampler import SamplingParams
+from engine.ipc import (
+    MAX_LINE_BYTES,
+    ConnectionClosed,
+    Message,
+    receive,
+    sampling_from_wire,
+    send,
+    stats_to_wire,
+)
 
 logger = logging.getLogger("kvgate.engine.server")
 
@@ -89,6 +96,7 @@ class _Connection:
         self.writer = writer
         self.info = info
         self.generations: dict[str, asyncio.Task[None]] = {}
+        self._aborts: set[asyncio.Task[None]] = set()
         self._send_lock = asyncio.Lock()
 
     async def handle(self, message: Message) -> None:
@@ -97,8 +105,11 @@ class _Connection:
             request_id = str(message["id"])
             self.generations[request_id] = asyncio.create_task(self._generate(request_id, message))
         elif op == "abort":
-            await self._abort(str(message["id"]))
-            await self.send({"op": "aborted", "ack": message.get("ack")})
+            # In a task, so the read loop never waits for the engine to free a request; created after the
+            # request's own task (asyncio runs tasks in order), so the engine sees the request first.
+            task = asyncio.create_task(self._abort_and_ack(str(message["id"]), message.get("ack")))
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
         elif op == "metrics":
             await self.send({"op": "metrics", "ack": message.get("ack"), "stats": self._stats()})
         elif op == "hello":
@@ -119,17 +130,21 @@ class _Connection:
 
     async def abort_all(self) -> None:
         """The worker is gone: stop reading its streams (which frees them in the engine) and abort."""
+        for task in list(self._aborts):
+            task.cancel()
         for request_id, task in list(self.generations.items()):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await self.client.abort(request_id)
 
-    async def _abort(self, request_id: str) -> None:
-        """Abort and wait until the request's last event ("finished", reason abort) has been sent."""
+    async def _abort_and_ack(self, request_id: str, ack: object) -> None:
+        """Abort, wait until the request's last event ("finished", reason abort) has been sent, then ack."""
         await self.client.abort(request_id)
         task = self.generations.get(request_id)
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
+        with contextlib.suppress(ConnectionError):
+            await self.send({"op": "aborted", "ack": ack})
 
     async def _generate(self, request_id: str, message: Message) -> None:
         try:
@@ -180,20 +195,3 @@ class _Connection:
 
     def _stats(self) -> Message:
         return stats_to_wire(self.client.metrics)
-
-
-def sampling_to_wire(sampling: SamplingParams) -> Message:
-    return asdict(sampling)
-
-
-def sampling_from_wire(data: Message) -> SamplingParams:
-    return SamplingParams(
-        temperature=float(data["temperature"]),
-        top_k=None if data.get("top_k") is None else int(data["top_k"]),
-        top_p=float(data["top_p"]),
-        seed=None if data.get("seed") is None else int(data["seed"]),
-        max_tokens=int(data["max_tokens"]),
-        stop_token_ids=tuple(int(token) for token in data.get("stop_token_ids", ())),
-        stop=tuple(str(text) for text in data.get("stop", ())),
-        ignore_eos=bool(data.get("ignore_eos", False)),
-    )

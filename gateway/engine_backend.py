@@ -48,8 +48,7 @@ class EngineBackend:
         self.client = client
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
-        self.weights = weights
-        """How the engine stores its weights and why (`/healthz` shows it)."""
+        self._weights = weights
 
     @classmethod
     def load(cls, settings: Settings) -> EngineBackend:
@@ -64,12 +63,18 @@ class EngineBackend:
         return cls(client, served_model_name(settings), settings.default_max_tokens)
 
     async def start(self) -> None:
-        """Reach the engine process and learn its weights format (nothing to do for an in-process one)."""
+        """Reach the engine process (nothing to do for an in-process one)."""
         if isinstance(self.client, RemoteEngineClient):
             await self.client.connect(timeout_s=ENGINE_CONNECT_TIMEOUT_S)
+
+    @property
+    def weights(self) -> WeightsChoice | None:
+        """How the engine stores its weights and why (`/healthz` shows it); for the engine process, what
+        it said when this worker last connected (it chooses again when it is restarted)."""
+        if isinstance(self.client, RemoteEngineClient):
             description = self.client.info.get("weights")
-            if description is not None:
-                self.weights = WeightsChoice.from_description(description)
+            return None if description is None else WeightsChoice.from_description(description)
+        return self._weights
 
     @property
     def available(self) -> bool:

@@ -15,7 +15,6 @@ synchronous loop: it holds no model, no index and no event loop.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -32,6 +31,7 @@ from types import FrameType
 
 from prometheus_client import multiprocess
 
+from engine.ipc import ask_blocking
 from gateway.embedded_store import EmbeddedStore, die_with_parent
 from gateway.process_plan import ENGINE_SOCKET, ProcessPlan
 from gateway.settings import Settings
@@ -44,7 +44,9 @@ ENGINE_START_TIMEOUT_S = 900.0  # the first start converts the GGUF and measures
 WORKER_START_TIMEOUT_S = 300.0
 DRAIN_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+RESTART_BACKOFF_S = 0.5
 RESTART_BACKOFF_CAP_S = 10.0
+STABLE_S = 30.0  # a child up this long has recovered: its next crash restarts it without waiting
 LISTEN_BACKLOG = 2048
 
 
@@ -59,8 +61,9 @@ class Child:
     plan: ProcessPlan
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    started_at: float = 0.0
     next_start: float = 0.0
-    backoff_s: float = field(default=0.5)
+    backoff_s: float = field(default=RESTART_BACKOFF_S)
 
     @property
     def running(self) -> bool:
@@ -78,6 +81,7 @@ class Supervisor:
         self.engine: Child | None = None
         self.children: list[Child] = []
         self._listener: socket.socket | None = None
+        self._owns_run_dir = False
         self._stopping = False
 
     def run(self) -> None:
@@ -145,6 +149,7 @@ class Supervisor:
             )
         for stale in self.run_dir.glob("*.sock"):
             stale.unlink()  # left by a supervisor that was killed
+        self._owns_run_dir = True
         metrics_dir = self.run_dir / "metrics"
         shutil.rmtree(metrics_dir, ignore_errors=True)  # counts start from zero with the gateway
         metrics_dir.mkdir()
@@ -174,6 +179,7 @@ class Supervisor:
             # which stops the children in order (an engine stopped before the workers drain fails them).
             process_group=0,
         )
+        child.started_at = time.monotonic()
         logger.info("started the %s (pid %d)", child.name, child.process.pid)
 
     # Running ------------------------------------------------------------------------------------
@@ -190,14 +196,20 @@ class Supervisor:
                     self._keep_running(child)
 
     def _keep_running(self, child: Child) -> None:
-        if child.running:
-            child.backoff_s = 0.5
-            return
         now = time.monotonic()
+        if child.running:
+            if now - child.started_at > STABLE_S:
+                child.backoff_s = RESTART_BACKOFF_S
+            return
         if child.process is not None:
             code = child.process.returncode
             logger.error(
-                "the %s (pid %d) exited with %s; starting it again", child.name, child.process.pid, code
+                "the %s (pid %d) exited with %s; starting it again in %.1f s (restart %d)",
+                child.name,
+                child.process.pid,
+                code,
+                child.backoff_s,
+                child.restarts + 1,
             )
             if child.plan.kind == "worker":
                 multiprocess.mark_process_dead(  # type: ignore[no-untyped-call]
@@ -215,7 +227,12 @@ class Supervisor:
     def _stop_requested(self, signum: int, frame: FrameType | None) -> None:
         if not self._stopping:
             logger.info("signal %d: draining the workers, then stopping the engine and the store", signum)
-        self._stopping = True
+            self._stopping = True
+            return
+        logger.warning("signal %d again: killing every child without draining", signum)
+        for child in ([self.engine] if self.engine is not None else []) + self.children:
+            if child.running and child.process is not None:
+                child.process.kill()
 
     def _shutdown(self) -> None:
         self._stopping = True
@@ -226,8 +243,9 @@ class Supervisor:
             _stop_all([self.engine], STOP_TIMEOUT_S)
         if self.store is not None:
             self.store.stop()
-        for leftover in self.run_dir.glob("*.sock"):
-            leftover.unlink(missing_ok=True)
+        if self._owns_run_dir:  # never another kvgate's sockets, when this one failed to start beside it
+            for leftover in self.run_dir.glob("*.sock"):
+                leftover.unlink(missing_ok=True)
         logger.info("kvgate stopped")
 
 
@@ -252,11 +270,5 @@ def _worker_answers(run_dir: Path, child: Child) -> bool:
 
 
 def _engine_answers(path: Path) -> bool:
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
-            peer.settimeout(5.0)
-            peer.connect(str(path))
-            peer.sendall(b'{"op":"hello"}\n')
-            return bool(json.loads(peer.makefile("rb").readline()).get("op") == "hello")
-    except (OSError, ValueError):
-        return False
+    reply = ask_blocking(path, {"op": "hello"})
+    return reply is not None and reply.get("op") == "hello"

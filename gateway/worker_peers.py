@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.ipc import ConnectionClosed, Message, open_connection, receive, send
+from engine.ipc import ConnectionClosed, Message, ask_blocking, open_connection, receive, send
 from gateway.shadow import ShadowStats
 from gateway.stats import HitStats
 
@@ -116,12 +114,6 @@ class WorkerPeers:
 
 def ping(path: Path, timeout_s: float = 1.0) -> int | None:
     """The pid of the worker answering on `path`, or None (blocking: the supervisor has no event loop)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
-            peer.settimeout(timeout_s)
-            peer.connect(str(path))
-            peer.sendall(b'{"op":"ping"}\n')
-            reply = peer.makefile("rb").readline()
-        return int(json.loads(reply)["pid"])
-    except (OSError, ValueError, KeyError):
-        return None
+    reply = ask_blocking(path, {"op": "ping"}, timeout_s)
+    pid = reply.get("pid") if reply is not None else None
+    return pid if isinstance(pid, int) else None

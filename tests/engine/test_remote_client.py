@@ -4,6 +4,7 @@ talks to (same tokens, usage, prefix reuse, aborts, errors), and survives the en
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 
 from engine.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from engine.engine import ContextLengthExceeded
+from engine.ipc import open_connection, receive, sampling_to_wire
 from engine.remote_client import EngineUnavailable, RemoteEngineClient
 from engine.sampler import SamplingParams
 from engine.server import EngineServer
@@ -159,3 +161,26 @@ async def test_while_the_engine_is_gone_calls_fail_fast_and_the_client_reconnect
     finally:
         await client.shutdown()
         await server.close()
+
+
+async def test_an_abort_read_together_with_its_generate_never_reaches_the_engine(engine, socket_path) -> None:  # type: ignore[no-untyped-def]
+    _, local = engine
+    reader, writer = await open_connection(str(socket_path))
+    generate = {
+        "op": "generate",
+        "id": "gone",
+        "prompt_token_ids": random_tokens(random.Random(8), 12),
+        "sampling": sampling_to_wire(LONG),
+    }
+    lines = [json.dumps(message) for message in (generate, {"op": "abort", "id": "gone", "ack": 1})]
+    writer.write(("\n".join(lines) + "\n").encode())  # one read: no await between the two
+    replies = [await asyncio.wait_for(receive(reader), 5) for _ in range(2)]
+    writer.close()
+    assert replies[0] == {
+        "op": "finished",
+        "id": "gone",
+        "finish_reason": "abort",
+        "usage": {"prompt_tokens": 12, "completion_tokens": 0, "cached_tokens": 0},
+    }
+    assert replies[1] == {"op": "aborted", "ack": 1}
+    assert local.metrics.generation_tokens == 0 and not local.engine.has_unfinished()
