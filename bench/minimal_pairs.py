@@ -23,8 +23,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from semantic.edit_guards import OPPOSITES
-from semantic.near_duplicate import ABBREVIATIONS
 from semantic.pair_sets import LabelledPair
+from semantic.word_tables import ABBREVIATIONS
 
 Maker = Callable[[str, random.Random], str | None]
 

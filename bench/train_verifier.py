@@ -7,7 +7,7 @@
 The shipped weights come from one run from the packaged all-MiniLM-L6-v2 (docs/benchmarks.md has its loss
 and time). With --minutes the learning-rate schedule decays by whichever of steps or time runs out first,
 so a slower machine trains fewer steps; --minutes 0 makes the run depend only on the seed. A checkpoint is
-written every 500 steps beside --out.
+written every 500 steps beside --out (`NAME.stepN.safetensors`).
 
 Data (read from ../shared/data/, never shipped), the labels aligned with the cache's rubric
 (`training_pairs`): the train parts of the reviewed Quora sample and of the adversarial pairs
@@ -89,6 +89,13 @@ def main() -> None:
     parser.add_argument(
         "--no-implied", action="store_true", help="train on the labelled pairs only (see implied_pairs)"
     )
+    parser.add_argument(
+        "--stage",
+        choices=("paraphrase", "rubric"),
+        default="paraphrase",
+        help="paraphrase: every source, raw Quora for volume (the first stage, from the base model); "
+        "rubric: only pairs labelled on the rubric, reviewed pairs weighted up (the second stage, --resume)",
+    )
     args = parser.parse_args()
 
     random.seed(SEED)
@@ -96,7 +103,10 @@ def main() -> None:
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
 
-    examples = training_pairs(args.data_dir, transitive=not args.no_implied)
+    if args.stage == "rubric":
+        examples = rubric_pairs(args.data_dir)
+    else:
+        examples = training_pairs(args.data_dir, transitive=not args.no_implied)
     soft = soft_targets(args.data_dir)
     print(f"raw Quora labels taught as P(rubric 1): {soft}", flush=True)
     print(f"{len(examples)} training pairs; {args.steps} steps of {args.batch_size}", flush=True)
@@ -145,7 +155,7 @@ def main() -> None:
         optimizer.step()
         running = 0.98 * running + 0.02 * loss.item() if step else loss.item()
         if not args.probe and step and step % 500 == 0:
-            save_trained_weights(model, args.out.with_suffix(".checkpoint.safetensors"))
+            save_trained_weights(model, args.out.with_suffix(f".step{step}.safetensors"))
         if args.probe or step % 50 == 0 or step == steps - 1:
             elapsed = time.perf_counter() - started
             print(
@@ -215,6 +225,26 @@ def training_pairs(data_dir: Path, transitive: bool = True, seed: int = SEED) ->
     texts = sorted({text for pair in raw for text in (pair.a, pair.b)})
     made = minimal_pairs(rng.sample(texts, min(len(texts), 16000)), rng) + task_pairs(rng, 3000)
     return raw + implied + 2 * reviewed_train + 3 * adversarial_train + mrpc + made
+
+
+def rubric_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
+    """The second stage's pairs: only labels given on the cache's rubric, none from raw Quora.
+
+    The first stage (`training_pairs`) learns paraphrase from Quora's volume, whose labels are looser than
+    the rubric; this stage aligns the scores with the rubric at a lower learning rate: the reviewed train
+    part four times, the adversarial train part three times, and fresh minimal pairs and task requests (a
+    different draw than the first stage's, from the same train texts).
+    """
+    rng = random.Random(seed + 1)
+    held_out = held_out_texts(data_dir)
+    quora = load_pairs(data_dir / QQP_FILE)
+    group_of = text_groups(quora)
+    tainted = {group_of[text] for text in held_out if text in group_of}
+    texts = sorted({text for pair in quora if group_of[pair.a] not in tainted for text in (pair.a, pair.b)})
+    reviewed_train = file_part(data_dir / REVIEWED_FILE, "train")
+    adversarial_train = file_part(data_dir / ADVERSARIAL_FILE, "train")
+    made = minimal_pairs(rng.sample(texts, min(len(texts), 8000)), rng) + task_pairs(rng, 2000)
+    return 4 * reviewed_train + 3 * adversarial_train + made
 
 
 def soft_targets(data_dir: Path) -> dict[tuple[int, str], float]:

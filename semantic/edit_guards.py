@@ -19,6 +19,12 @@ _RELATIONS = frozenset(
     ["from", "to", "into", "onto", "than", "versus", "vs", "over", "under", "before", "after", "above",
      "below", "between", "against", "via", "toward", "towards", "per", "by"]
 )  # fmt: skip
+# Longest run of words read as one role in `_roles_exchanged` ("the 2 prong", "people in Denver" is three).
+_MAX_ROLE_WORDS = 3
+# Between two things exchanged, only these keep the meaning ("X and Y" / "Y and X").
+_SYMMETRIC = frozenset(
+    ["and", "or", "nor", "vs", "versus", "plus", "a", "an", "the", "both", "either", "neither"]
+)
 _FILLER = frozenset(
     ["a", "an", "the", "my", "your", "our", "their", "his", "her", "its", "this", "that", "these", "those",
      "some", "any", "of", "and"]
@@ -88,12 +94,16 @@ _TIME_OF_DAY = re.compile(r"\b\d{1,2}(?::\d{2})?\s*([ap])\.?m\b")
 
 def direction_swapped(query: str, candidate: str) -> bool:
     """The texts use the same words, but what follows a relation word ("from", "to", "than", ...) differs:
-    "from my laptop to a server" / "from a server to my laptop". A clause moved as a whole ("In Python, how
-    do I ...?" / "How do I ... in Python?") keeps each relation's object and is not a swap."""
+    "from my laptop to a server" / "from a server to my laptop"; or two words or phrases trade places
+    around other words, so that who does what to whom changes: "can a tenant do if the landlord breaks
+    ..." / "can a landlord do if the tenant breaks ...", "replace a 2-prong outlet with a 3-prong outlet" /
+    the reverse. A clause moved as a whole ("In Python, how do I ...?" / "How do I ... in Python?") keeps
+    each relation's object and is not a swap; nor are two things exchanged around "and" or "or" ("the walls
+    or the attic" / "the attic or the walls")."""
     first, second = _tokens(query), _tokens(candidate)
     if first == second or Counter(first) != Counter(second):
         return False
-    return _relation_objects(first) != _relation_objects(second)
+    return _relation_objects(first) != _relation_objects(second) or _roles_exchanged(first, second)
 
 
 def opposite_swapped(query: str, candidate: str) -> bool:
@@ -134,6 +144,23 @@ def _relation_objects(tokens: list[str]) -> Counter[tuple[str, str]]:
         if following is not None:
             objects[(token, following)] += 1
     return objects
+
+
+def _roles_exchanged(first: list[str], second: list[str]) -> bool:
+    """`second` is `first` with two short runs of words X and Y (the names of who or what plays a role, at most
+    `_MAX_ROLE_WORDS` each) exchanged around a middle M that is not just "and" / "or" (X M Y -> Y M X). An
+    empty middle is a clause moved, and longer runs are clauses put in another order, not roles exchanged."""
+    start = next(index for index, (one, other) in enumerate(zip(first, second, strict=True)) if one != other)
+    end = len(first)
+    while first[end - 1] == second[end - 1]:
+        end -= 1
+    window, swapped = first[start:end], second[start:end]
+    for head in range(1, min(len(window), _MAX_ROLE_WORDS + 1)):
+        for tail in range(1, min(len(window) - head, _MAX_ROLE_WORDS + 1)):
+            middle = window[head : len(window) - tail]
+            if swapped == window[len(window) - tail :] + middle + window[:head]:
+                return not all(word in _SYMMETRIC for word in middle)
+    return False
 
 
 def _phrase_text(text: str) -> str:

@@ -1,19 +1,23 @@
 """Near-duplicates: two prompts that ask the same thing in the same words, give or take what carries no meaning.
 
 Case and punctuation, politeness and interjections at either end ("Quick question: ... Thanks!"), "please"
-anywhere, contractions ("what's" / "what is"), a known abbreviation against its expansion ("EIN" / "employer
-identification number"), one misspelt or differently spelt word ("recieve" / "receive", "colour" / "color"),
-and a clause moved whole from one end to the other ("In Python, how do I ...?" / "How do I ... in Python?").
-Such pairs hit without the verifier, after the guards have had their veto (`semantic/rule.py`).
+anywhere, contractions ("what's" / "what is"), hyphens ("multi-factor" / "multi factor"), a known abbreviation
+against its expansion, plural too ("EIN" / "employer identification number", "KPIs" / "key performance
+indicators"), a listed word for the same thing ("permitted" / "allowed", `semantic/word_tables.py`), up to three
+misspelt or differently spelt words ("recieve" / "receive", "colour" / "color"), and a clause moved whole
+from one end to the other ("In Python, how do I ...?" / "How do I ... in Python?"). Such pairs hit without
+the verifier, after the guards have had their veto (`semantic/rule.py`).
 
-The tables here are general English, written for this module (not taken from any pairs file). Knows text
-only: no model, no thresholds.
+The tables are general English, written for kvgate (not taken from any pairs file). Knows text only: no
+model, no thresholds.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+from semantic.word_tables import ALL_ABBREVIATIONS, SYNONYMS
 
 # Words (any script), and every symbol as a token of its own: "~" / "%", "()" / "[]" and "=" / "==" ask
 # different things. Only sentence punctuation and quotes are dropped.
@@ -39,41 +43,10 @@ _CONTRACTIONS = {
     "i'll": "i will", "let's": "let us", "whats": "what is", "dont": "do not", "doesnt": "does not",
     "didnt": "did not", "isnt": "is not", "cant": "can not", "wouldnt": "would not", "shouldnt": "should not",
 }  # fmt: skip
-# Common abbreviations and what they stand for; both sides are compared in the expanded form.
-ABBREVIATIONS = {
-    "ai": "artificial intelligence", "ml": "machine learning", "hr": "human resources",
-    "ein": "employer identification number", "llc": "limited liability company", "ssn": "social security number",
-    "ira": "individual retirement account", "apr": "annual percentage rate", "roi": "return on investment",
-    "ceo": "chief executive officer", "cfo": "chief financial officer", "cto": "chief technology officer",
-    "faq": "frequently asked questions", "diy": "do it yourself", "eta": "estimated time of arrival",
-    "asap": "as soon as possible", "fyi": "for your information", "pto": "paid time off",
-    "vpn": "virtual private network", "dns": "domain name system",
-    "url": "uniform resource locator", "html": "hypertext markup language", "css": "cascading style sheets",
-    "api": "application programming interface", "sql": "structured query language", "os": "operating system",
-    "cpu": "central processing unit", "gpu": "graphics processing unit", "ram": "random access memory",
-    "ssd": "solid state drive", "hdd": "hard disk drive", "usb": "universal serial bus",
-    "lan": "local area network", "wan": "wide area network", "ssh": "secure shell", "ftp": "file transfer protocol",
-    "pdf": "portable document format", "gps": "global positioning system", "tv": "television",
-    "pc": "personal computer", "ui": "user interface", "ux": "user experience", "ide": "integrated development environment",
-    "json": "javascript object notation", "xml": "extensible markup language", "2fa": "two factor authentication",
-    "mfa": "multi factor authentication", "sso": "single sign on", "crm": "customer relationship management",
-    "erp": "enterprise resource planning", "kpi": "key performance indicator", "okr": "objectives and key results",
-    "b2b": "business to business", "seo": "search engine optimization", "hoa": "homeowners association",
-    "hvac": "heating ventilation and air conditioning", "rpm": "revolutions per minute", "mpg": "miles per gallon",
-    "atm": "automated teller machine", "dob": "date of birth",
-    "id": "identification", "dmv": "department of motor vehicles", "irs": "internal revenue service",
-    "gdp": "gross domestic product", "bmi": "body mass index", "adhd": "attention deficit hyperactivity disorder",
-    "ocd": "obsessive compulsive disorder", "ptsd": "post traumatic stress disorder", "cpr": "cardiopulmonary resuscitation",
-    "icu": "intensive care unit", "otc": "over the counter", "uti": "urinary tract infection",
-    "ibs": "irritable bowel syndrome", "std": "sexually transmitted disease", "dna": "deoxyribonucleic acid",
-    "nasa": "national aeronautics and space administration", "eu": "european union",
-    "uk": "united kingdom", "usa": "united states of america", "nyc": "new york city",
-    "wfh": "work from home", "ooo": "out of office", "eod": "end of day",
-    "ev": "electric vehicle", "wifi": "wi fi", "4wd": "four wheel drive",
-    "awd": "all wheel drive", "tbd": "to be determined",
-    "aka": "also known as", "vs": "versus", "approx": "approximately", "govt": "government",
-}  # fmt: skip
 _MIN_TYPO_LENGTH = 5
+# More misspelt words than this in one question is another question, or noise: the verifier's call.
+_MAX_TYPOS = 3
+_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
 # Ways to open a "how do I" question that ask the same thing (the rubric: "How do I..." / "Tell me how to...").
 # Each is read as "how do i"; longest first, so that "can you tell me how to" is not read as "tell me how to".
 _HOW_DO_I: tuple[tuple[str, ...], ...] = tuple(
@@ -95,6 +68,10 @@ _SPELLINGS = (
     ("yse", "yze"), ("ysed", "yzed"), ("tre", "ter"), ("tres", "ters"), ("ogue", "og"), ("ence", "ense"),
     ("lled", "led"), ("lling", "ling"), ("ller", "ler"), ("grey", "gray"), ("mme", "m"),
 )  # fmt: skip
+_SYNONYM_OF: dict[tuple[str, ...], tuple[str, ...]] = {
+    tuple(member.split()): tuple(group[0].split()) for group in SYNONYMS for member in group
+}
+_LONGEST_SYNONYM = max(len(phrase) for phrase in _SYNONYM_OF)
 
 
 def near_duplicate_reason(query: str, candidate: str) -> str | None:
@@ -108,11 +85,26 @@ def near_duplicate_reason(query: str, candidate: str) -> str | None:
         return "same words"
     if sorted(first) == sorted(second) and _rotated(first, second):
         return "a clause moved"
-    if len(first) == len(second):
-        differing = [(one, other) for one, other in zip(first, second, strict=True) if one != other]
-        if len(differing) == 1 and (_spelling_variant(*differing[0]) or _misspelt(*differing[0])):
-            return "one word spelt differently"
-    return None
+    if (spelt := _spelt_differently(first, second)) is not None:
+        return spelt
+    first, second = _synonyms_read(first), _synonyms_read(second)
+    if first == second:
+        return "words for the same thing"
+    return _spelt_differently(first, second)
+
+
+def _spelt_differently(first: list[str], second: list[str]) -> str | None:
+    """Word for word the same but for up to `_MAX_TYPOS` misspelt or British/American-spelt words."""
+    if len(first) != len(second):
+        return None
+    differing = [(one, other) for one, other in zip(first, second, strict=True) if one != other]
+    if not 1 <= len(differing) <= _MAX_TYPOS:
+        return None
+    if not all(_spelling_variant(*pair) or _misspelt(*pair) for pair in differing):
+        return None
+    return (
+        "one word spelt differently" if len(differing) == 1 else f"{len(differing)} words spelt differently"
+    )
 
 
 def _tokens(text: str) -> list[str]:
@@ -122,8 +114,8 @@ def _tokens(text: str) -> list[str]:
 def _core(text: str) -> list[str]:
     """Lower-case words, contractions and abbreviations expanded, filler at either end and "please" dropped."""
     words: list[str] = []
-    for token in _tokens(text):
-        expansion = _CONTRACTIONS.get(token) or ABBREVIATIONS.get(token)
+    for token in _tokens(_HYPHEN.sub(" ", text)):
+        expansion = _CONTRACTIONS.get(token) or _abbreviation_expanded(token)
         words.extend(expansion.split() if expansion else [token])
     words = [word for word in words if word not in _ANYWHERE]
     for phrase in _HOW_DO_I:
@@ -140,6 +132,33 @@ def _core(text: str) -> list[str]:
             if tuple(words[-len(phrase) :]) == phrase and len(words) > len(phrase):
                 words, changed = words[: -len(phrase)], True
     return words
+
+
+def _abbreviation_expanded(token: str) -> str | None:
+    """An abbreviation's expansion; a plural one ("kpis") gives the plural expansion."""
+    if (expansion := ALL_ABBREVIATIONS.get(token)) is not None:
+        return expansion
+    singular = ALL_ABBREVIATIONS.get(token[:-1]) if len(token) > 3 and token.endswith("s") else None
+    if singular is None:
+        return None
+    return singular if singular.endswith("s") else singular + "s"
+
+
+def _synonyms_read(words: list[str]) -> list[str]:
+    """Each listed word or phrase read as the first member of its group, longest phrase first."""
+    read: list[str] = []
+    index = 0
+    while index < len(words):
+        for length in range(_LONGEST_SYNONYM, 0, -1):
+            canonical = _SYNONYM_OF.get(tuple(words[index : index + length]))
+            if canonical is not None:
+                read.extend(canonical)
+                index += length
+                break
+        else:
+            read.append(words[index])
+            index += 1
+    return read
 
 
 def _rotated(first: list[str], second: list[str]) -> bool:

@@ -16,8 +16,13 @@ from semantic.rule import DEFAULT_GUARDS, SHIPPED_CALIBRATION, Calibration
         ("Convert a PDF into a Word file", "Convert a Word file into a PDF"),
         ("Is a cat faster than a dog?", "Is a dog faster than a cat?"),
         ("Flights from Paris to Rome in May", "Flights from Rome to Paris in May"),
+        # roles exchanged around words that are not relations: who does what to whom
+        ("What can a tenant do if the landlord breaks the lease?", "What can a landlord do if the tenant breaks the lease?"),
+        ("Can I replace a 2-prong outlet with a 3-prong outlet?", "Can I replace a 3-prong outlet with a 2-prong outlet?"),
+        ("What do people in Denver think of Seattle?", "What do people in Seattle think of Denver?"),
+        ("Does a dog bite a man?", "Does a man bite a dog?"),
     ],
-)
+)  # fmt: skip
 def test_a_swapped_direction_is_caught(query: str, candidate: str) -> None:
     assert direction_swapped(query, candidate) and direction_swapped(candidate, query)
 
@@ -28,6 +33,19 @@ def test_a_swapped_direction_is_caught(query: str, candidate: str) -> None:
         ("In Python, how do I sort a list?", "How do I sort a list in Python?"),  # a clause moved whole
         ("How do I redirect HTTP to HTTPS?", "how do I redirect http to https"),  # the same text
         ("How do I go from Paris to Rome?", "How can I get from Paris to Rome?"),  # other words
+        (
+            "Is it worth insulating the walls or the attic first?",
+            "Is it worth insulating the attic or the walls first?",
+        ),
+        (
+            "Can you trade with other players in Catan when it is not your turn?",
+            "In Catan, can you trade with other players when it is not your turn?",
+        ),
+        # two clauses put in another order (runs longer than a role's name)
+        (
+            "For a freelance invoice, what payment terms should I use, net 15 or net 30?",
+            "Net 15 or net 30: what payment terms should I use for a freelance invoice?",
+        ),
     ],
 )
 def test_reordering_or_rewording_is_not_a_swap(query: str, candidate: str) -> None:

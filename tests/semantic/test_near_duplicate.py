@@ -21,6 +21,13 @@ from semantic.near_duplicate import near_duplicate_reason
         ("How do I reset my password?", "How can I reset my password?", "same words"),  # a how-to opener
         ("How do I reset my password?", "Tell me how to reset my password.", "same words"),
         ("How do I reset my password?", "Can you tell me how to reset my password?", "same words"),
+        ("How do I set up multi-factor authentication?", "How do I set up MFA?", "same words"),  # a hyphen
+        ("What are key performance indicators for a support team?", "What are KPIs for a support team?", "same words"),
+        ("How do I repair a squeaky floorboard?", "How do I fix a squeaky floorboard?", "words for the same thing"),
+        ("How do I get rid of mould in my shower?", "How do I eliminate mould in my shower?", "words for the same thing"),
+        ("Why is my cat throwing up after eating?", "Why is my cat vomiting after eating?", "words for the same thing"),
+        ("What's the difference between an invoice and a receipt?", "whats the diffrence between an invoce and a reciept", "3 words spelt differently"),
+        ("How large is the Milky Way?", "How big is the Milky Way? Thanks!", "words for the same thing"),
     ],
 )  # fmt: skip
 def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
@@ -44,6 +51,14 @@ def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
         ("How do I reset my password?", "How do I reset the password?"),  # a rewording: the verifier's call
         ("Tell me about Paris", "Tell me about Rome"),
         ("Thanks", "Please"),  # nothing but filler: never a hit
+        ("How can I stop pit stains?", "How can I remove pit stains?"),  # prevent is not remove: not listed
+        ("How do I fix a squeaky floorboard?", "How do I fix a squeaky door?"),  # a listed word is not enough
+        ("How do I fix a squeaky floorboard?", "How do I repair a squeaky door?"),
+        (
+            "what is the diference betwen an invoce and a reciept fom",
+            "What is the difference between an invoice and a receipt from",
+        ),  # four typos
+        ("What is a KPI?", "What is a KPIs dashboard?"),
     ],
 )
 def test_what_could_change_the_answer_is_not_a_near_duplicate(stored: str, asked: str) -> None:
