@@ -1,11 +1,15 @@
 """Fine-tune the semantic cache's verifier (a MiniLM cross-encoder) on CPU and write its shipped weights.
 
     .venv/bin/python bench/train_verifier.py --probe         # time a few batches, write nothing
-    .venv/bin/python bench/train_verifier.py --steps 4200 --minutes 70   # the shipped weights (2 cores)
+    .venv/bin/python bench/train_verifier.py --steps 4200 --minutes 70 --out /tmp/v/stage1.safetensors
+    .venv/bin/python bench/train_verifier.py --resume /tmp/v/stage1.safetensors --stage rubric \
+        --steps 2000 --minutes 45 --learning-rate 2e-5 --threads 1 --out /tmp/v/stage2.safetensors
     .venv/bin/python bench/train_verifier.py --minutes 0 --steps 4200    # exactly reproducible, steps only
 
-The shipped weights come from one run from the packaged all-MiniLM-L6-v2 (docs/benchmarks.md has its loss
-and time). With --minutes the learning-rate schedule decays by whichever of steps or time runs out first,
+The shipped weights come from two runs (docs/benchmarks.md has their loss and time): the first from the
+packaged all-MiniLM-L6-v2 on every source (`training_pairs`), the second from the first's weights on rubric
+labels only (`rubric_pairs`); its step-1000 checkpoint (`stage2.step1000.safetensors`), the one that scored
+best on the calibration parts, ships. With --minutes the learning-rate schedule decays by whichever of steps or time runs out first,
 so a slower machine trains fewer steps; --minutes 0 makes the run depend only on the seed. A checkpoint is
 written every 500 steps beside --out (`NAME.stepN.safetensors`).
 
