@@ -94,6 +94,11 @@ def main() -> None:
         "--no-implied", action="store_true", help="train on the labelled pairs only (see implied_pairs)"
     )
     parser.add_argument(
+        "--unfreeze-embeddings",
+        action="store_true",
+        help="train the word embeddings too (they then ship in the weights file: ~44 MB fp16 instead of 21)",
+    )
+    parser.add_argument(
         "--stage",
         choices=("paraphrase", "rubric"),
         default="paraphrase",
@@ -120,7 +125,7 @@ def main() -> None:
     if args.resume is not None:
         load_trained_weights(model, args.resume)
     for name, parameter in model.named_parameters():
-        parameter.requires_grad = not name.startswith(FROZEN_PREFIX)
+        parameter.requires_grad = args.unfreeze_embeddings or not name.startswith(FROZEN_PREFIX)
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=args.learning_rate, weight_decay=0.01)
     warmup = max(1, args.steps // 20)
@@ -159,7 +164,9 @@ def main() -> None:
         optimizer.step()
         running = 0.98 * running + 0.02 * loss.item() if step else loss.item()
         if not args.probe and step and step % 500 == 0:
-            save_trained_weights(model, args.out.with_suffix(f".step{step}.safetensors"))
+            save_trained_weights(
+                model, args.out.with_suffix(f".step{step}.safetensors"), args.unfreeze_embeddings
+            )
         if args.probe or step % 50 == 0 or step == steps - 1:
             elapsed = time.perf_counter() - started
             print(
@@ -170,7 +177,7 @@ def main() -> None:
     if args.probe:
         return
     model.eval()
-    save_trained_weights(model, args.out)
+    save_trained_weights(model, args.out, args.unfreeze_embeddings)
     minutes = (time.perf_counter() - started) / 60
     print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {minutes:.1f} min", flush=True)
 

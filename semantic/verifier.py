@@ -192,11 +192,12 @@ def load_base_classifier(base_dir: Path) -> PairClassifier:
 
 
 def load_trained_weights(model: PairClassifier, weights: Path) -> None:
-    """Overlay the fine-tuned weights; every trainable tensor must be in the file."""
+    """Overlay the fine-tuned weights; every trainable tensor must be in the file (the word embeddings may
+    be, when they were trained too)."""
     trained = {name: tensor.float() for name, tensor in load_file(str(weights)).items()}
     expected = {name for name in model.state_dict() if not name.startswith(FROZEN_PREFIX)}
     missing = expected - trained.keys() - {"encoder.embeddings.position_ids"}
-    unexpected = trained.keys() - expected
+    unexpected = {name for name in trained.keys() - expected if not name.startswith(FROZEN_PREFIX)}
     if missing or unexpected:
         raise ValueError(
             f"verifier weights {weights} do not fit: missing {sorted(missing)[:3]}, "
@@ -205,13 +206,13 @@ def load_trained_weights(model: PairClassifier, weights: Path) -> None:
     model.load_state_dict(trained, strict=False)
 
 
-def save_trained_weights(model: PairClassifier, weights: Path) -> None:
-    """Write every tensor except the frozen word embeddings, as fp16."""
+def save_trained_weights(model: PairClassifier, weights: Path, word_embeddings: bool = False) -> None:
+    """Write every tensor, as fp16, except the word embeddings unless they were trained (`word_embeddings`)."""
     weights.parent.mkdir(parents=True, exist_ok=True)
     tensors = {
         name: tensor.detach().to(torch.float16).contiguous()
         for name, tensor in model.state_dict().items()
-        if not name.startswith(FROZEN_PREFIX) and not name.endswith("position_ids")
+        if (word_embeddings or not name.startswith(FROZEN_PREFIX)) and not name.endswith("position_ids")
     }
     save_file(tensors, str(weights))
 

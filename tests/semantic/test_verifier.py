@@ -78,3 +78,20 @@ def test_weights_missing_a_layer_are_refused(tmp_path: Path) -> None:
     save_file(tensors, str(path))
     with pytest.raises(ValueError, match="do not fit"):
         load_trained_weights(load_base_classifier(packaged_model_dir()), path)
+
+
+def test_trained_word_embeddings_are_saved_and_loaded_when_asked(tmp_path: Path) -> None:
+    base = packaged_model_dir()
+    model = load_base_classifier(base).eval()
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight[:10] += 0.5  # as if the embeddings were trained
+    path = tmp_path / "weights.safetensors"
+    save_trained_weights(model, path, word_embeddings=True)
+    assert [name for name in load_file(str(path)) if name.startswith(FROZEN_PREFIX)]
+    reloaded = load_base_classifier(base).eval()
+    load_trained_weights(reloaded, path)
+    assert torch.allclose(
+        reloaded.encoder.embeddings.word_embeddings.weight[:10],
+        model.encoder.embeddings.word_embeddings.weight[:10],
+        atol=1e-2,
+    )
