@@ -219,10 +219,7 @@ def training_pairs(data_dir: Path, transitive: bool = True, seed: int = SEED) ->
     - minimal pairs made from Quora train texts and task requests (`bench/minimal_pairs.py`).
     """
     rng = random.Random(seed)
-    held_out = held_out_texts(data_dir)
-    quora = load_pairs(data_dir / QQP_FILE)
-    group_of = text_groups(quora)
-    tainted = {group_of[text] for text in held_out if text in group_of}
+    quora, group_of, tainted = quora_groups(data_dir)
     reviewed = {frozenset((pair.a, pair.b)) for pair in load_pairs(data_dir / REVIEWED_FILE)}
     raw = [
         LabelledPair(pair.a, pair.b, pair.label, RAW_QUORA)
@@ -247,15 +244,21 @@ def rubric_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
     different draw than the first stage's, from the same train texts).
     """
     rng = random.Random(seed + 1)
-    held_out = held_out_texts(data_dir)
-    quora = load_pairs(data_dir / QQP_FILE)
-    group_of = text_groups(quora)
-    tainted = {group_of[text] for text in held_out if text in group_of}
+    quora, group_of, tainted = quora_groups(data_dir)
     texts = sorted({text for pair in quora if group_of[pair.a] not in tainted for text in (pair.a, pair.b)})
     reviewed_train = file_part(data_dir / REVIEWED_FILE, "train")
     adversarial_train = file_part(data_dir / ADVERSARIAL_FILE, "train")
     made = minimal_pairs(rng.sample(texts, min(len(texts), 8000)), rng) + task_pairs(rng, 2000)
     return 4 * reviewed_train + 3 * adversarial_train + made
+
+
+def quora_groups(data_dir: Path) -> tuple[list[LabelledPair], dict[str, str], set[str]]:
+    """Raw Quora pairs, each text's group, and the groups that touch a calibration or test text (never
+    trained on)."""
+    quora = load_pairs(data_dir / QQP_FILE)
+    group_of = text_groups(quora)
+    tainted = {group_of[text] for text in held_out_texts(data_dir) if text in group_of}
+    return quora, group_of, tainted
 
 
 def soft_targets(data_dir: Path) -> dict[tuple[int, str], float]:
