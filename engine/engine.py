@@ -19,6 +19,7 @@ from typing import Protocol
 from engine.loader import LoadedModel
 from engine.metrics import EngineMetrics
 from engine.model import LlamaModel
+from engine.native_decode import DecodeKernel
 from engine.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
 from engine.sampler import RequestSampler, SamplingParams, sample_batch
@@ -58,6 +59,9 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     max_model_len: int | None = None
     """Prompt + output tokens per request; None: the model's context (both capped by the pool)."""
+    decode_kernel: DecodeKernel = "auto"
+    """Decode steps of an int4 model: `auto` runs them as one native call where it builds, else torch's ops;
+    `native` requires it; `torch` never uses it (engine.native_decode)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +104,9 @@ class LLMEngine:
         self.model_name = model_name
         self.tokenizer = tokenizer
         self.eos_token_ids = model.config.eos_token_ids
-        self.runner = ModelRunner(model, self.config.num_blocks, self.config.block_size)
+        self.runner = ModelRunner(
+            model, self.config.num_blocks, self.config.block_size, self.config.decode_kernel
+        )
         manager = BlockManager(BlockManagerConfig(self.config.num_blocks, self.config.block_size))
         # KV computed by differently stored weights differs: the storage is part of the blocks' identity.
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")

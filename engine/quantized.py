@@ -104,7 +104,7 @@ class Int8Groups:
 class Int4Linear(nn.Module):
     """y = x @ W^T + bias with W as `Int4Groups`, packed for `_weight_int4pack_mm_for_cpu`."""
 
-    def __init__(self, weight: Int4Groups, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: Int4Groups, bias: torch.Tensor | None, decode_blocks: bool = True) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         self.in_features, self.out_features = in_features, out_features
@@ -116,6 +116,8 @@ class Int4Linear(nn.Module):
         scales_and_zeros = torch.stack((weight.scales.t(), weight.zeros.t()), dim=-1).bfloat16().contiguous()
         self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
+        # The same codes, scales and zeros in the block layout of the fused decode step (engine/native/).
+        self.blocks = q4_blocks(weight, scales_and_zeros) if decode_blocks else None
         self._reference = weight  # for dequantized(); dropped by `drop_reference` once loaded
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, out)
@@ -132,6 +134,27 @@ class Int4Linear(nn.Module):
 
     def drop_reference(self) -> None:
         self._reference = None  # type: ignore[assignment]
+
+
+Q4_INTERLEAVE = 4
+"""Output features whose groups `q4_blocks` stores side by side (the native kernel's read order)."""
+
+
+def q4_blocks(weight: Int4Groups, scales_and_zeros: torch.Tensor) -> torch.Tensor:
+    """(N / 4, K / 32 * 4 * 20) uint8: per group of 32, 16 bytes of codes (byte j: code j in the low nibble,
+    code j + 16 in the high one, as GGUF packs Q4_1), then the bfloat16 scale and zero the int4 kernel
+    reads; the groups of four consecutive output features side by side, group by group."""
+    n, k = weight.shape
+    groups = k // GROUP_SIZE
+    codes = weight.codes.view(n, groups, GROUP_SIZE)
+    packed = codes[..., : GROUP_SIZE // 2] | (codes[..., GROUP_SIZE // 2 :] << 4)  # (N, G, 16)
+    scale_zero = scales_and_zeros.transpose(0, 1).contiguous().view(torch.uint8)  # (N, G, 4)
+    blocks = torch.cat((packed, scale_zero), dim=-1)  # (N, G, 20)
+    return (
+        blocks.view(n // Q4_INTERLEAVE, Q4_INTERLEAVE, groups, -1)
+        .transpose(1, 2)
+        .reshape(n // Q4_INTERLEAVE, -1)
+    )
 
 
 class Int8Linear(nn.Module):
@@ -173,8 +196,8 @@ class Int8GroupLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         shifted = (weight.codes.to(torch.int16) + 128).to(torch.uint8)
         scales = weight.scales
-        self.high = Int4Linear(Int4Groups(shifted >> 4, 16 * scales, torch.zeros_like(scales)), None)
-        self.low = Int4Linear(Int4Groups(shifted & 15, scales, 8 * scales), bias)
+        self.high = Int4Linear(Int4Groups(shifted >> 4, 16 * scales, torch.zeros_like(scales)), None, False)
+        self.low = Int4Linear(Int4Groups(shifted & 15, scales, 8 * scales), bias, False)
         for half in (self.high, self.low):
             half.drop_reference()  # `codes` below is the reference
         self.register_buffer("codes", weight.codes)

@@ -14,13 +14,16 @@ import torch
 
 from engine.attention import KVCache
 from engine.model import LlamaModel
-from engine.paging import SequenceChunk, build_paging_metadata
+from engine.native_decode import DecodeKernel, NativeDecoder
+from engine.paging import LogitsFor, SequenceChunk, build_paging_metadata
 
 
 class ModelRunner:
     """Runs `LlamaModel` steps against one KV cache of `num_blocks` blocks of `block_size` tokens."""
 
-    def __init__(self, model: LlamaModel, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self, model: LlamaModel, num_blocks: int, block_size: int, decode_kernel: DecodeKernel = "auto"
+    ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self.model = model.eval()
@@ -29,6 +32,8 @@ class ModelRunner:
         parameter = next(model.parameters())
         self.device = parameter.device
         self.kv_cache = KVCache.allocate(model.config, num_blocks, block_size, parameter.dtype, self.device)
+        # Pure-decode steps of an int4 model run as one native call where it builds (engine.native_decode).
+        self.native = NativeDecoder.create(model, self.kv_cache, decode_kernel)
 
     @property
     def num_blocks(self) -> int:
@@ -47,8 +52,48 @@ class ModelRunner:
                 and not 0 <= min(chunk.block_table) <= max(chunk.block_table) < self.num_blocks
             ):
                 raise ValueError(f"block table {list(chunk.block_table)} is outside 0..{self.num_blocks - 1}")
+        if self.native is None:
+            return self._torch_step(chunks)
+        decoding = [len(chunk.token_ids) == 1 and chunk.logits is LogitsFor.LAST for chunk in chunks]
+        if not any(decoding):
+            return self._torch_step(chunks)
+        # Every decode row runs natively, whatever else is in the step: a sequence's tokens never depend on
+        # what it was batched with. Prefill chunks (and scoring) run on torch beside them.
+        decode_chunks = [chunk for chunk, decodes in zip(chunks, decoding, strict=True) if decodes]
+        decoded = self._native_step(decode_chunks)
+        if all(decoding):
+            return decoded
+        rest = self._torch_step(
+            [chunk for chunk, decodes in zip(chunks, decoding, strict=True) if not decodes]
+        )
+        pieces, next_decoded, next_rest = [], 0, 0
+        for chunk, decodes in zip(chunks, decoding, strict=True):
+            if decodes:
+                pieces.append(decoded[next_decoded : next_decoded + 1])
+                next_decoded += 1
+            else:
+                rows = {LogitsFor.NONE: 0, LogitsFor.LAST: 1, LogitsFor.ALL: len(chunk.token_ids)}[
+                    chunk.logits
+                ]
+                pieces.append(rest[next_rest : next_rest + rows])
+                next_rest += rows
+        return torch.cat(pieces)
+
+    @property
+    def decode_kernel(self) -> str:
+        """Which code runs decode steps: `native (<instruction set>)` or `torch`."""
+        return "torch" if self.native is None else f"native ({self.native.isa})"
+
+    def _torch_step(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
         metadata = build_paging_metadata(chunks, self.block_size, self.device)
-        input_ids = torch.tensor(
+        return self.model(self._input_ids(chunks), metadata, self.kv_cache)
+
+    def _native_step(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
+        assert self.native is not None
+        metadata = build_paging_metadata(chunks, self.block_size, self.device)
+        return self.native.decode(self._input_ids(chunks), metadata)
+
+    def _input_ids(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
+        return torch.tensor(
             [token for chunk in chunks for token in chunk.token_ids], dtype=torch.int64, device=self.device
         )
-        return self.model(input_ids, metadata, self.kv_cache)

@@ -44,6 +44,8 @@ class WeightsChoice:
     batch16_us: dict[str, float]
     cpu_capability: str
     reason: str
+    decode: str = "torch"
+    """Which code runs decode steps once the engine is built: `native (<instruction set>)` or `torch`."""
 
     @classmethod
     def from_description(cls, description: Mapping[str, Any]) -> WeightsChoice:
@@ -55,6 +57,7 @@ class WeightsChoice:
             batch16_us={str(key): float(value) for key, value in description["batch16_us"].items()},
             cpu_capability=str(description["cpu_capability"]),
             reason=str(description["reason"]),
+            decode=str(description.get("decode", "torch")),
         )
 
     def describe(self) -> dict[str, object]:
@@ -65,6 +68,7 @@ class WeightsChoice:
             "batch1_us": self.batch1_us,
             "batch16_us": self.batch16_us,
             "reason": self.reason,
+            "decode": self.decode,
         }
 
 

@@ -9,6 +9,8 @@ attacks are real). An engine that cannot be reached answers 503 `engine_unavaila
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
@@ -28,6 +30,8 @@ from engine.weights_choice import WeightsChoice, choose_weights
 from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.settings import Settings
+
+logger = logging.getLogger("kvgate.engine")
 
 ENGINE_CONNECT_TIMEOUT_S = 60.0
 
@@ -163,8 +167,11 @@ def start_engine(settings: Settings) -> tuple[AsyncEngineClient, WeightsChoice, 
         num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
         block_size=settings.kv_block_size,
         scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
+        decode_kernel=settings.engine_decode,
     )
     client = AsyncEngineClient.from_loaded(loaded, served_model_name(settings), engine_config)
+    weights = dataclasses.replace(weights, decode=client.engine.runner.decode_kernel)
+    logger.info("engine decode steps: %s", weights.decode)
     client.start()
     return client, weights, loaded.folder
 

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     default Q4_1 GGUF on AVX-512 machines int4, the file's own 4-bit codes; never int4 for an 8-bit or float
     model. fp32 is the transformers-exact reference."""
 
+    engine_decode: Literal["auto", "native", "torch"] = "auto"
+    """How an int4 engine runs decode steps. `auto`: as one call into a small C library built for this CPU at
+    first start (AVX-512 VNNI or AVX2, with the machine's C compiler, into the user cache), which multiplies
+    the 4-bit weights as llama.cpp does; where it cannot be built, torch's ops (logged, shown in `/healthz`).
+    `native` requires it; `torch` never uses it. Measured in docs/benchmarks.md (issue 18)."""
+
     workers: int = Field(default=1, ge=1, le=64)
     """HTTP worker processes (`kvgate serve --workers`). 1: one process holds everything. N > 1: a supervisor
     runs N workers on one shared port, each with the whole cache path (embedder, verifier, its own copy of
