@@ -152,6 +152,7 @@ class NativeDecoder:
             ctypes.c_int64(block_tables.shape[1]),
             ctypes.c_void_p(context_lens.data_ptr()),
             ctypes.c_void_p(logits.data_ptr()),
+            ctypes.c_int(torch.get_num_threads()),  # the engine's thread setting (`KVGATE_TORCH_THREADS`)
         )
         if status != 0:
             raise MemoryError("the native decode step could not allocate its scratch memory")

@@ -17,6 +17,9 @@
    Norms, RoPE, attention, SiLU, the residual stream and the KV cache are float32. */
 
 #include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -194,19 +197,37 @@ static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w,
         }
 }
 
+/* This thread's share [begin, end) of `total` output features, in whole units of `unit` features (the last
+   thread also takes what does not fill a unit). Threads split the weights, so each streams its own part. */
+static void thread_share(int64_t total, int64_t unit, int64_t *begin, int64_t *end) {
+#ifdef _OPENMP
+    const int64_t index = omp_get_thread_num(), count = omp_get_num_threads();
+#else
+    const int64_t index = 0, count = 1;
+#endif
+    const int64_t units = total / unit;
+    *begin = units * index / count * unit;
+    *end = index == count - 1 ? total : units * (index + 1) / count * unit;
+}
+
 static inline __attribute__((always_inline)) void q4_pass(const q4_weight *w, quantized_rows x, int64_t first,
-                                                          const int rows, float *y) {
-    for (int64_t n = 0; n < w->n; n += Q4_INTERLEAVE) q4_outputs(w, x, first, rows, n, y);
+                                                          const int rows, int64_t begin, int64_t end, float *y) {
+    for (int64_t n = begin; n < end; n += Q4_INTERLEAVE) q4_outputs(w, x, first, rows, n, y);
 }
 
 /* y (rows, n) = x (rows, k) @ W^T (+ bias), x given as quantized rows. */
-static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y) {
-    for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
-        switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
-            case 1: q4_pass(w, x, first, 1, y); break;
-            case 2: q4_pass(w, x, first, 2, y); break;
-            case 3: q4_pass(w, x, first, 3, y); break;
-            default: q4_pass(w, x, first, 4, y); break;
+static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t begin, end;
+        thread_share(w->n, Q4_INTERLEAVE, &begin, &end);
+        for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
+            switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
+                case 1: q4_pass(w, x, first, 1, begin, end, y); break;
+                case 2: q4_pass(w, x, first, 2, begin, end, y); break;
+                case 3: q4_pass(w, x, first, 3, begin, end, y); break;
+                default: q4_pass(w, x, first, 4, begin, end, y); break;
+            }
         }
     }
 }
@@ -243,21 +264,26 @@ static inline __attribute__((always_inline)) void q8_outputs(const q8_weight *w,
 }
 
 static inline __attribute__((always_inline)) void q8_pass(const q8_weight *w, quantized_rows x, int64_t first,
-                                                          const int rows, float *y) {
+                                                          const int rows, int64_t begin, int64_t end, float *y) {
     const int outs = rows <= 2 ? 4 : 2;
-    int64_t n = 0;
-    for (; n + outs <= w->n; n += outs) q8_outputs(w, x, first, rows, outs, n, y);
-    for (; n < w->n; n++) q8_outputs(w, x, first, rows, 1, n, y);
+    int64_t n = begin;
+    for (; n + outs <= end; n += outs) q8_outputs(w, x, first, rows, outs, n, y);
+    for (; n < end; n++) q8_outputs(w, x, first, rows, 1, n, y);
 }
 
 /* y (rows, n) = x (rows, k) @ W^T for the int8 head. */
-static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y) {
-    for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
-        switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
-            case 1: q8_pass(w, x, first, 1, y); break;
-            case 2: q8_pass(w, x, first, 2, y); break;
-            case 3: q8_pass(w, x, first, 3, y); break;
-            default: q8_pass(w, x, first, 4, y); break;
+static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t begin, end;
+        thread_share(w->n, 4, &begin, &end);
+        for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
+            switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
+                case 1: q8_pass(w, x, first, 1, begin, end, y); break;
+                case 2: q8_pass(w, x, first, 2, begin, end, y); break;
+                case 3: q8_pass(w, x, first, 3, begin, end, y); break;
+                default: q8_pass(w, x, first, 4, begin, end, y); break;
+            }
         }
     }
 }
@@ -341,10 +367,11 @@ static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* x: (rows, hidden) embeddings in, overwritten; cos, signed_sin: (rows, head_dim); slots: (rows,) where
    each row's new K/V goes; block_tables: (rows, max_blocks); context_lens: (rows,) including the new token;
-   logits: (rows, head.n). Returns 0, or -1 when scratch memory could not be allocated. */
+   logits: (rows, head.n); threads: how many share each matrix product (1: no OpenMP region). Returns 0,
+   or -1 when scratch memory could not be allocated. */
 int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const float *cos,
                        const float *signed_sin, const int64_t *slots, const int64_t *block_tables,
-                       int64_t max_blocks, const int64_t *context_lens, float *logits) {
+                       int64_t max_blocks, const int64_t *context_lens, float *logits, int threads) {
     const int64_t hidden = m->hidden, dim = m->head_dim;
     const int64_t q_width = m->heads * dim, kv_width = m->kv_heads * dim;
     const int64_t qkv_width = q_width + 2 * kv_width;
@@ -371,7 +398,7 @@ int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const flo
         const layer_weights *layer = &m->layers[l];
         rms_norm(x, layer->attention_norm, rows, hidden, m->eps, normed);
         quantize_rows(normed, rows, hidden, quantized);
-        matmul_q4(&layer->qkv, rows, quantized, wide);
+        matmul_q4(&layer->qkv, rows, quantized, wide, threads);
         for (int64_t r = 0; r < rows; r++) {
             float *qkv = wide + r * qkv_width;
             for (int64_t h = 0; h < m->heads + m->kv_heads; h++)  /* queries, then keys */
@@ -383,20 +410,20 @@ int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const flo
             attend(m, layer, wide + r * qkv_width, block_tables + r * max_blocks, context_lens[r], scores,
                    narrow + r * q_width);
         quantize_rows(narrow, rows, q_width, quantized);
-        matmul_q4(&layer->o, rows, quantized, projected);
+        matmul_q4(&layer->o, rows, quantized, projected, threads);
         for (int64_t i = 0; i < rows * hidden; i++) x[i] += projected[i];
 
         rms_norm(x, layer->feed_forward_norm, rows, hidden, m->eps, normed);
         quantize_rows(normed, rows, hidden, quantized);
-        matmul_q4(&layer->gate_up, rows, quantized, wide);
+        matmul_q4(&layer->gate_up, rows, quantized, wide, threads);
         silu_times_up(wide, rows, m->intermediate, narrow);
         quantize_rows(narrow, rows, m->intermediate, quantized);
-        matmul_q4(&layer->down, rows, quantized, projected);
+        matmul_q4(&layer->down, rows, quantized, projected, threads);
         for (int64_t i = 0; i < rows * hidden; i++) x[i] += projected[i];
     }
     rms_norm(x, m->norm, rows, hidden, m->eps, normed);
     quantize_rows(normed, rows, hidden, quantized);
-    matmul_q8(&m->head, rows, quantized, logits);
+    matmul_q8(&m->head, rows, quantized, logits, threads);
 
 done:
     free(normed);

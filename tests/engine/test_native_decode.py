@@ -104,6 +104,26 @@ def test_a_row_decodes_the_same_alone_or_batched(int4_pair, isa: str) -> None:  
         assert torch.equal(together, alone)
 
 
+@pytest.mark.parametrize("isa", BUILDS)
+def test_two_threads_decode_the_same_bits_as_one(int4_pair, isa: str) -> None:  # type: ignore[no-untyped-def]
+    model, _ = int4_pair
+    prompts, tables = [tokens(11, seed=12), tokens(6, seed=13)], [[0, 1, 2], [3, 4]]
+    results = []
+    threads_before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runner = ModelRunner(model, num_blocks=8, block_size=4, decode_kernel="torch")
+            native = decoder(model, runner, isa)
+            for prompt, table in zip(prompts, tables, strict=True):
+                runner.execute([SequenceChunk(prompt[:-1], 0, table, LogitsFor.NONE)])
+            chunks = [SequenceChunk([p[-1]], len(p) - 1, t) for p, t in zip(prompts, tables, strict=True)]
+            results.append(decode(native, chunks, 4))
+    finally:
+        torch.set_num_threads(threads_before)
+    assert torch.equal(results[0], results[1])
+
+
 def test_the_runner_sends_decode_rows_native_and_keeps_chunk_order(int4_pair) -> None:  # type: ignore[no-untyped-def]
     model, _ = int4_pair
     block_size = 4
