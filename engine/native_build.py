@@ -63,7 +63,7 @@ def load_decode_library(isa: str | None = None, cache_dir: Path | None = None) -
     if isa is None:
         logger.info("fused decode step: this CPU has neither AVX-512 VNNI nor AVX2; using torch's")
         return None
-    flags = ["-O3", "-shared", "-fPIC", "-std=c11", "-fopenmp", *_ISA_FLAGS[isa][1]]
+    flags = ["-O3", "-shared", "-fPIC", "-std=c11", "-pthread", *_ISA_FLAGS[isa][1]]
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:12]
     target = (cache_dir or _cache_dir()) / f"decode_step-{isa}-{digest}.so"

@@ -17,9 +17,8 @@
    Norms, RoPE, attention, SiLU, the residual stream and the KV cache are float32. */
 
 #include <immintrin.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -197,14 +196,86 @@ static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w,
         }
 }
 
-/* This thread's share [begin, end) of `total` output features, in whole units of `unit` features (the last
-   thread also takes what does not fill a unit). Threads split the weights, so each streams its own part. */
-static void thread_share(int64_t total, int64_t unit, int64_t *begin, int64_t *end) {
-#ifdef _OPENMP
-    const int64_t index = omp_get_thread_num(), count = omp_get_num_threads();
-#else
-    const int64_t index = 0, count = 1;
-#endif
+/* Threads. Each matrix product is split among `threads` participants by output features: the caller and
+   threads - 1 workers that this library starts once and keeps. A worker spins briefly for the next product
+   (they come microseconds apart within a step) and then sleeps on a condition variable (between steps,
+   while Python samples and schedules, it must not hold a core the gateway needs). Not OpenMP: libgomp
+   throttles its spinning to almost nothing once more of its threads exist than cores, which torch's own
+   team and the engine thread's already make, and each product then paid a futex wake-up (measured:
+   66 against 153 tok/s at two threads with the step in a non-main thread). */
+
+#define MAX_THREADS 64
+#define SPINS_BEFORE_SLEEP 4000
+
+typedef void (*job_function)(const void *job, int index, int count);
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    atomic_long generation; /* bumped once per product */
+    atomic_int done;        /* workers finished with the current product */
+    int workers;            /* started, never stopped */
+    job_function function;
+    const void *job;
+    int count;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0};
+
+static long started_at[MAX_THREADS]; /* the generation before a worker's first product */
+
+static void *pool_worker(void *argument) {
+    const int index = (int)(intptr_t)argument;
+    long seen = started_at[index];
+    for (;;) {
+        long now;
+        int spins = 0;
+        while ((now = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
+            if (++spins < SPINS_BEFORE_SLEEP) {
+                _mm_pause();
+                continue;
+            }
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = now;
+        if (index < pool.count) pool.function(pool.job, index, pool.count);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+/* Run function(job, i, count) for i in 0..count-1, i = 0 on the caller; returns when all are done.
+   Called from one thread at a time (the engine's step loop). */
+static void run_parallel(job_function function, const void *job, int count) {
+    count = count > MAX_THREADS ? MAX_THREADS : count;
+    while (pool.workers < count - 1) {
+        pthread_t thread;
+        started_at[pool.workers + 1] = atomic_load_explicit(&pool.generation, memory_order_acquire);
+        if (pthread_create(&thread, NULL, pool_worker, (void *)(intptr_t)(pool.workers + 1)) != 0) break;
+        pthread_detach(thread);
+        pool.workers++;
+    }
+    if (count > pool.workers + 1) count = pool.workers + 1;
+    if (count <= 1) {
+        function(job, 0, 1);
+        return;
+    }
+    pool.function = function;
+    pool.job = job;
+    pool.count = count;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    function(job, 0, count);
+    while (atomic_load_explicit(&pool.done, memory_order_acquire) < pool.workers) _mm_pause();
+}
+
+/* Participant `index` of `count`'s share [begin, end) of `total` output features, in whole units of `unit`
+   features (the last also takes what does not fill a unit): each streams its own part of the weights. */
+static void share(int index, int count, int64_t total, int64_t unit, int64_t *begin, int64_t *end) {
     const int64_t units = total / unit;
     *begin = units * index / count * unit;
     *end = index == count - 1 ? total : units * (index + 1) / count * unit;
@@ -215,21 +286,31 @@ static inline __attribute__((always_inline)) void q4_pass(const q4_weight *w, qu
     for (int64_t n = begin; n < end; n += Q4_INTERLEAVE) q4_outputs(w, x, first, rows, n, y);
 }
 
-/* y (rows, n) = x (rows, k) @ W^T (+ bias), x given as quantized rows. */
-static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t begin, end;
-        thread_share(w->n, Q4_INTERLEAVE, &begin, &end);
-        for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
-            switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
-                case 1: q4_pass(w, x, first, 1, begin, end, y); break;
-                case 2: q4_pass(w, x, first, 2, begin, end, y); break;
-                case 3: q4_pass(w, x, first, 3, begin, end, y); break;
-                default: q4_pass(w, x, first, 4, begin, end, y); break;
-            }
+typedef struct {
+    const q4_weight *w;
+    int64_t rows;
+    quantized_rows x;
+    float *y;
+} q4_job;
+
+static void q4_share(const void *argument, int index, int count) {
+    const q4_job *job = argument;
+    int64_t begin, end;
+    share(index, count, job->w->n, Q4_INTERLEAVE, &begin, &end);
+    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+            case 1: q4_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+            case 2: q4_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+            case 3: q4_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+            default: q4_pass(job->w, job->x, first, 4, begin, end, job->y); break;
         }
     }
+}
+
+/* y (rows, n) = x (rows, k) @ W^T (+ bias), x given as quantized rows. */
+static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+    const q4_job job = {w, rows, x, y};
+    run_parallel(q4_share, &job, threads);
 }
 
 static inline __attribute__((always_inline)) void q8_outputs(const q8_weight *w, quantized_rows x, int64_t first,
@@ -271,21 +352,31 @@ static inline __attribute__((always_inline)) void q8_pass(const q8_weight *w, qu
     for (; n < end; n++) q8_outputs(w, x, first, rows, 1, n, y);
 }
 
-/* y (rows, n) = x (rows, k) @ W^T for the int8 head. */
-static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int64_t begin, end;
-        thread_share(w->n, 4, &begin, &end);
-        for (int64_t first = 0; first < rows; first += ROWS_PER_PASS) {
-            switch (rows - first < ROWS_PER_PASS ? rows - first : ROWS_PER_PASS) {
-                case 1: q8_pass(w, x, first, 1, begin, end, y); break;
-                case 2: q8_pass(w, x, first, 2, begin, end, y); break;
-                case 3: q8_pass(w, x, first, 3, begin, end, y); break;
-                default: q8_pass(w, x, first, 4, begin, end, y); break;
-            }
+typedef struct {
+    const q8_weight *w;
+    int64_t rows;
+    quantized_rows x;
+    float *y;
+} q8_job;
+
+static void q8_share(const void *argument, int index, int count) {
+    const q8_job *job = argument;
+    int64_t begin, end;
+    share(index, count, job->w->n, 4, &begin, &end);
+    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+            case 1: q8_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+            case 2: q8_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+            case 3: q8_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+            default: q8_pass(job->w, job->x, first, 4, begin, end, job->y); break;
         }
     }
+}
+
+/* y (rows, n) = x (rows, k) @ W^T for the int8 head. */
+static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+    const q8_job job = {w, rows, x, y};
+    run_parallel(q8_share, &job, threads);
 }
 
 static inline float dot_f32(const float *a, const float *b, int64_t n) {
@@ -367,7 +458,7 @@ static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* x: (rows, hidden) embeddings in, overwritten; cos, signed_sin: (rows, head_dim); slots: (rows,) where
    each row's new K/V goes; block_tables: (rows, max_blocks); context_lens: (rows,) including the new token;
-   logits: (rows, head.n); threads: how many share each matrix product (1: no OpenMP region). Returns 0,
+   logits: (rows, head.n); threads: how many share each matrix product (1: only the caller). Returns 0,
    or -1 when scratch memory could not be allocated. */
 int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const float *cos,
                        const float *signed_sin, const int64_t *slots, const int64_t *block_tables,
