@@ -15,6 +15,7 @@ depend on what it is batched with; prefill chunks stay on torch's path.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Literal
 
 import torch
@@ -83,6 +84,9 @@ class NativeDecoder:
         self._library = library
         self._model = model
         self._keep: list[torch.Tensor] = []  # every tensor the C struct points into stays alive with it
+        self._cores = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        )
         config = model.config
         layers = (_Layer * config.num_layers)()
         for i, layer in enumerate(model.layers):
@@ -152,7 +156,9 @@ class NativeDecoder:
             ctypes.c_int64(block_tables.shape[1]),
             ctypes.c_void_p(context_lens.data_ptr()),
             ctypes.c_void_p(logits.data_ptr()),
-            ctypes.c_int(torch.get_num_threads()),  # the engine's thread setting (`KVGATE_TORCH_THREADS`)
+            # The engine's thread setting (`KVGATE_TORCH_THREADS`), never more than the cores it may use:
+            # a participant waiting for a core stalls every product of the step.
+            ctypes.c_int(min(torch.get_num_threads(), self._cores)),
         )
         if status != 0:
             raise MemoryError("the native decode step could not allocate its scratch memory")

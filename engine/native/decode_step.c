@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <math.h>
 #include <stdint.h>
@@ -270,7 +271,11 @@ static void run_parallel(job_function function, const void *job, int count) {
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     function(job, 0, count);
-    while (atomic_load_explicit(&pool.done, memory_order_acquire) < pool.workers) _mm_pause();
+    /* A worker that is not running (more threads than free cores) gets the core after a while. */
+    for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < pool.workers; spins++) {
+        if (spins < SPINS_BEFORE_SLEEP) _mm_pause();
+        else sched_yield();
+    }
 }
 
 /* Participant `index` of `count`'s share [begin, end) of `total` output features, in whole units of `unit`
