@@ -246,6 +246,17 @@ static void *pool_worker(void *argument) {
     return NULL;
 }
 
+/* A child of fork() has the caller's thread only: it starts its own workers when it needs them. */
+static void pool_forget_workers(void) {
+    pool.workers = 0;
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+}
+
+__attribute__((constructor)) static void pool_register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, pool_forget_workers);
+}
+
 /* Run function(job, i, count) for i in 0..count-1, i = 0 on the caller; returns when all are done.
    Called from one thread at a time (the engine's step loop). */
 static void run_parallel(job_function function, const void *job, int count) {

@@ -5,6 +5,10 @@ Both builds run here where the CPU allows: the AVX2 one runs on any AVX2 CPU, AV
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 import torch
 
@@ -122,6 +126,30 @@ def test_two_threads_decode_the_same_bits_as_one(int4_pair, isa: str) -> None:  
     finally:
         torch.set_num_threads(threads_before)
     assert torch.equal(results[0], results[1])
+
+
+def test_a_forked_child_decodes_with_threads_of_its_own(int4_pair) -> None:  # type: ignore[no-untyped-def]
+    model, _ = int4_pair
+    prompt, table = tokens(9, seed=14), [0, 1, 2]
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runner = ModelRunner(model, num_blocks=4, block_size=4)
+        runner.execute([SequenceChunk(prompt[:-1], 0, table, LogitsFor.NONE)])
+        decode_last = SequenceChunk([prompt[-1]], len(prompt) - 1, table)
+        expected = runner.execute([decode_last])  # the parent's workers are started now
+        child = os.fork()
+        if child == 0:  # the parent's workers do not exist here; a step waiting on them would hang
+            os._exit(0 if torch.equal(runner.execute([decode_last]), expected) else 1)
+        deadline = time.monotonic() + 60
+        while (finished := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if finished[0] == 0:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        assert finished[0] == child and os.waitstatus_to_exitcode(finished[1]) == 0, finished
+    finally:
+        torch.set_num_threads(threads_before)
 
 
 def test_the_runner_sends_decode_rows_native_and_keeps_chunk_order(int4_pair) -> None:  # type: ignore[no-untyped-def]
