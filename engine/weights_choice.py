@@ -10,6 +10,9 @@ batch 1 among those not slower than float32 at batch 16, preferring a format wit
 when it stores fewer bytes. It considers only formats that keep what the source stored (`CANDIDATES`):
 int4 for a 4-bit GGUF, int8 at most for other quantised files, fp32 or bf16 for float weights. The
 measurement takes about a second and is logged and shown in `/healthz`.
+
+One case skips the timing: a 4-bit source on a machine where the native decode step builds is kept as int4,
+because its decode steps then never run on torch's kernels (`choose_weights`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import torch
 
 from engine.config import ModelConfig
+from engine.native_build import cpu_isa, load_decode_library
 from engine.quantized import GROUP_SIZE
 from engine.weights_format import WEIGHTS_FORMATS, WeightsFormat, make_projection
 
@@ -83,9 +87,16 @@ CANDIDATES: dict[str, tuple[WeightsFormat, ...]] = {
 }
 
 
-def choose_weights(requested: str, config: ModelConfig, storage: str = "4-bit") -> WeightsChoice:
+def choose_weights(
+    requested: str, config: ModelConfig, storage: str = "4-bit", decode_kernel: str = "auto"
+) -> WeightsChoice:
     """`requested` is `auto` or one of `WEIGHTS_FORMATS` (then it is used as it is); `storage` is how the
-    source stores its projections, which bounds what `auto` considers (`CANDIDATES`)."""
+    source stores its projections, which bounds what `auto` considers (`CANDIDATES`).
+
+    With 4-bit source weights, `auto` keeps them as int4 without timing torch's kernels where the native
+    decode step (`engine.native_decode`, `decode_kernel` not `torch`) builds on this machine: every decode
+    step then runs there, not on torch's kernels (measured 1.7x llama.cpp's single stream, docs/benchmarks.md).
+    Timing torch's kernels would answer another question, and under load it once picked int8 here."""
     if requested != "auto" and requested not in WEIGHTS_FORMATS:
         raise ValueError(f"engine weights must be auto or one of {WEIGHTS_FORMATS}, not {requested!r}")
     capability = torch.backends.cpu.get_cpu_capability()
@@ -95,6 +106,12 @@ def choose_weights(requested: str, config: ModelConfig, storage: str = "4-bit") 
                 "engine weights: %s requested for %s weights: quantising them at load", requested, storage
             )
         return WeightsChoice(requested, requested, {}, {}, capability, "set in the settings")  # type: ignore[arg-type]
+    if storage == "4-bit" and decode_kernel != "torch":
+        isa = cpu_isa()
+        if isa is not None and load_decode_library(isa) is not None:
+            reason = f"the source stores 4-bit projections and decode steps run natively ({isa})"
+            logger.info("engine weights: int4 (%s; cpu %s)", reason, capability)
+            return WeightsChoice("int4", requested, {}, {}, capability, reason)
     batch1, batch16 = measure_formats(config, CANDIDATES[storage])
     weights, reason = pick(batch1, batch16)
     reason += f"; the source stores {storage} projections, so {'/'.join(CANDIDATES[storage])} were timed"

@@ -161,7 +161,7 @@ def start_engine(settings: Settings) -> tuple[AsyncEngineClient, WeightsChoice, 
     model folder (its tokenizer is the one workers use)."""
     source = resolve_generator(settings.generator, settings.model_dir)
     config = read_config(ensure_hf_folder(source, settings.model_dir))
-    weights = choose_weights(settings.engine_weights, config, weights_storage(source))
+    weights = choose_weights(settings.engine_weights, config, weights_storage(source), settings.engine_decode)
     loaded = load_model(source, settings.model_dir, weights=weights.weights)
     engine_config = EngineConfig(
         num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),

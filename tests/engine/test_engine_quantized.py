@@ -19,6 +19,7 @@ from engine.config import ModelConfig
 from engine.gguf_weights import _unpermute_rotary as unpermute_rotary
 from engine.gguf_weights import decode_q4, decode_q8_0, hf_name, projection_storage
 from engine.model import LlamaModel
+from engine.native_build import load_decode_library
 from engine.paging import LogitsFor, SequenceChunk
 from engine.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
 from engine.runner import ModelRunner
@@ -107,9 +108,15 @@ def test_auto_never_keeps_fewer_bits_than_the_file(
     write_gguf(tmp_path / "model.gguf", projection_type)
     assert projection_storage(tmp_path / "model.gguf") == storage
     config = ModelConfig.from_hf(make_hf_llama(**QUANTISABLE_LLAMA).config)
-    choice = choose_weights("auto", config, storage)
+    choice = choose_weights("auto", config, storage, decode_kernel="torch")  # the timed rule
     assert set(choice.batch1_us) == candidates and choice.weights in candidates
     assert storage in choice.reason
+    # Where the native decode step builds, a 4-bit file stays int4 untimed; other files are timed as above.
+    native = choose_weights("auto", config, storage)
+    if storage == "4-bit" and load_decode_library() is not None:
+        assert native.weights == "int4" and native.batch1_us == {} and "natively" in native.reason
+    else:
+        assert set(native.batch1_us) == candidates
 
 
 def test_min_max_requantisation_gives_a_q4_1_tensor_its_codes_back() -> None:
