@@ -43,6 +43,7 @@ from semantic.rule import (
     file_sha256,
     fit_calibration,
 )
+from semantic.verdict import Verdict
 from semantic.verifier import WEIGHTS_FILE, PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -232,11 +233,29 @@ def report_rule(name: str, features: Features, calibration: Calibration) -> None
         ]
         report = score_outcomes(features.pairs, outcomes, target)
         plain = report.baseline_precision_at_same_recall
+        verified = lookup_path_agrees(rule, questions, features.cosines.tolist(), verdicts)
         print(
             f"  target {target:.3f}: precision {report.precision:.4f} recall {report.recall:.4f} "
             f"fhr {report.false_hit_rate:.4f} auc {report.auc:.4f} hits {report.hits} | cosine: recall at "
             f"this precision {report.baseline_recall_at_same_precision:.4f}, precision at this recall {plain:.4f}"
+            f" | verifier runs on {verified}/{len(questions)} lookups"
         )
+
+
+def lookup_path_agrees(
+    rule: CalibratedRule, questions: list[tuple[str, str]], cosines: list[float], verdicts: list[Verdict]
+) -> int:
+    """Decide each pair as a lookup does (`quick_verdict`, then the verifier only when undecided); exit if
+    any decision differs from `judge_many`'s. Returns how many pairs needed the verifier."""
+    verified = 0
+    for (query, candidate), cosine, verdict in zip(questions, cosines, verdicts, strict=True):
+        quick = rule.quick_verdict(query, candidate, cosine)
+        if quick is None:
+            verified += 1
+            quick = rule.judge(query, candidate, cosine)
+        if quick.hit != verdict.hit:
+            raise SystemExit(f"the lookup path decides {(query, candidate)} otherwise than judge_many")
+    return verified
 
 
 def report_latency(verifier: PairVerifier, calibration: Calibration, features: Features) -> None:

@@ -8,6 +8,10 @@ A cosine threshold alone is either unsafe or useless on hard negatives, so the r
    combined by a logistic regression fitted at calibration, and a pair is a hit when that combined
    probability reaches the threshold fitted for the target false-hit rate.
 
+The combiner reads the verifier's logit within the range it was fitted on (`logit_range`), so at a given
+target a pair whose cosine is too low for even the highest logit to reach the threshold is a miss without
+running the verifier (`quick_verdict`): the same decision, without the cross-encoder's pass.
+
 Calibration maps a target false-hit rate (wrong hits / hits) to that threshold. It is fitted on labelled
 pairs held out from the verifier's training (`kvgate calibrate`) and stored as a small JSON file tied to
 the verifier weights it was fitted with. This module knows thresholds and policy, not Redis or FAISS.
@@ -56,6 +60,8 @@ MIN_CALIBRATION_HITS = 30
 _UNVERIFIED_SCORE_CEILING = 0.01
 # Near-duplicates rank above every verified pair when the calibration orders pairs by score.
 _DECIDED_SCORE = 2.0
+# `_logit` clips probabilities to [1e-6, 1 - 1e-6]: the widest logit range a combiner can read.
+_CLIPPED_LOGIT = math.log((1 - 1e-6) / 1e-6)
 
 
 class PairScorer(Protocol):
@@ -89,11 +95,24 @@ class Calibration:
     verifier_sha256: str
     fitted_on: dict[str, object] = field(default_factory=dict)
     combiner: tuple[float, float, float] = (0.0, 1.0, 0.0)  # cosine weight, verifier-logit weight, bias
+    # The verifier logits the combiner was fitted on span this range; it reads any logit clamped into it
+    # (beyond it the fitted line is an extrapolation nothing measured).
+    logit_range: tuple[float, float] = (-_CLIPPED_LOGIT, _CLIPPED_LOGIT)
 
     def combine(self, similarity: float, probability: float) -> float:
         """P(same meaning) from the cosine and the verifier's probability (identity by default)."""
+        return self._combine_logit(similarity, _logit(probability))
+
+    def best_combined(self, similarity: float) -> float:
+        """The highest combined score any verifier answer can give a pair at this cosine."""
+        low, high = self.logit_range
+        return self._combine_logit(similarity, high if self.combiner[1] >= 0 else low)
+
+    def _combine_logit(self, similarity: float, logit: float) -> float:
         cosine_weight, logit_weight, bias = self.combiner
-        return _sigmoid(cosine_weight * similarity + logit_weight * _logit(probability) + bias)
+        low, high = self.logit_range
+        clamped = min(max(logit, low), high)
+        return _sigmoid(cosine_weight * similarity + logit_weight * clamped + bias)
 
     def threshold_for(self, target: float) -> float:
         """The verifier threshold for a target false-hit rate.
@@ -130,6 +149,7 @@ class Calibration:
             str(payload["verifier_sha256"]),
             dict(payload.get("fitted_on", {})),
             _combiner(payload.get("combiner", (0.0, 1.0, 0.0))),
+            _logit_range(payload.get("logit_range", (-_CLIPPED_LOGIT, _CLIPPED_LOGIT))),
         )
 
 
@@ -181,14 +201,24 @@ class CalibratedRule:
     def quick_verdict(
         self, query: str, candidate: str, similarity: float, strictness: float = 0.0
     ) -> Verdict | None:
-        """The verdict when the verifier is not needed, else None: below the gate, a guard's veto, the same
-        text, or a target below every calibrated one (where only the same text may hit)."""
+        """The verdict when the verifier is not needed, else None: below the gate, a guard's veto, a
+        near-duplicate, a target below every calibrated one (where only the same text may hit), or a cosine
+        at which no verifier answer reaches the target's threshold."""
         verdict = self._unverified(query, candidate, similarity)
-        if verdict is None and math.isinf(self._threshold(strictness)):
+        if verdict is not None:
+            return verdict
+        threshold = self._threshold(strictness)
+        if math.isinf(threshold):
             return Verdict(
                 False, _unverified_score(similarity, 1.0), "no calibrated threshold at this target"
             )
-        return verdict
+        if self.calibration.best_combined(similarity) < threshold:
+            return Verdict(
+                False,
+                _unverified_score(similarity, 1.0),
+                "cosine too low for the verifier to reach the threshold",
+            )
+        return None
 
     def _unverified(self, query: str, candidate: str, similarity: float) -> Verdict | None:
         if similarity < self.calibration.low_cosine:
@@ -261,7 +291,13 @@ def fit_calibration(
     eligible = (similarities >= low_cosine) & ~vetoed
     verified = eligible & ~decided
     combiner = _fit_logistic(similarities[verified], probabilities[verified], labels[verified])
-    probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner)
+    logits = _logit_array(probabilities[verified])
+    logit_range = (
+        (math.floor(float(logits.min()) * 1e5) / 1e5, math.ceil(float(logits.max()) * 1e5) / 1e5)
+        if len(logits)
+        else (-_CLIPPED_LOGIT, _CLIPPED_LOGIT)
+    )
+    probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner, logit_range)
     combined = np.array(
         [
             _DECIDED_SCORE if near else probe.combine(float(cosine), float(probability))
@@ -293,7 +329,7 @@ def fit_calibration(
         )
     if not points:
         raise ValueError("no target could be met on these pairs: too few, or too few positives")
-    return Calibration(low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner)
+    return Calibration(low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner, logit_range)
 
 
 def file_sha256(path: Path) -> str:
@@ -324,6 +360,12 @@ def _combiner(values: object) -> tuple[float, float, float]:
     if not isinstance(values, list | tuple) or len(values) != 3:
         raise ValueError("calibration combiner must be [cosine weight, logit weight, bias]")
     return (float(values[0]), float(values[1]), float(values[2]))
+
+
+def _logit_range(values: object) -> tuple[float, float]:
+    if not isinstance(values, list | tuple) or len(values) != 2 or float(values[0]) > float(values[1]):
+        raise ValueError("calibration logit_range must be [lowest, highest]")
+    return (float(values[0]), float(values[1]))
 
 
 def _logit(probability: float) -> float:

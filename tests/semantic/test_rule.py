@@ -202,3 +202,61 @@ def test_near_duplicates_count_as_hits_at_every_fitted_target() -> None:
     (point,) = calibration.points
     assert point.hits == 40 and point.false_hit_rate == 0.0
     assert point.threshold == 1.0
+
+
+def combined_calibration(logit_range: tuple[float, float]) -> Calibration:
+    """A fitted-looking combiner (cosine weighs most) whose logits were seen within `logit_range`."""
+    points = (CalibrationPoint(0.02, 0.9, 0.02, 0.3, 100),)
+    return Calibration(
+        0.5, (), points, verifier_sha256="0" * 64, combiner=(6.8, 0.25, -5.5), logit_range=logit_range
+    )
+
+
+def test_the_combiner_reads_logits_within_the_range_it_was_fitted_on() -> None:
+    calibration = combined_calibration((-7.0, 7.0))
+    sure = 1 / (1 + np.exp(-12.0))  # logit 12, beyond the fitted range
+    assert calibration.combine(0.9, sure) == pytest.approx(calibration.combine(0.9, 1 / (1 + np.exp(-7.0))))
+    assert calibration.best_combined(0.9) == pytest.approx(calibration.combine(0.9, sure))
+    assert calibration.combine(0.9, 0.5) < calibration.best_combined(0.9)
+
+
+def test_a_cosine_too_low_for_any_verifier_answer_is_a_miss_without_the_verifier() -> None:
+    calibration = combined_calibration((-7.0, 7.0))
+    # Hit needs 6.8 c + 0.25 * 7 - 5.5 >= logit(0.9) = 2.197 at best: c >= 0.8716.
+    rule = CalibratedRule(ScriptedVerifier({"stored": 0.9999}), calibration)
+    low = rule.quick_verdict("a new question", "stored", similarity=0.86)
+    assert low is not None and not low.hit
+    assert low.reason == "cosine too low for the verifier to reach the threshold"
+    assert rule.verifier.asked == 0  # type: ignore[attr-defined]
+    # The same decision as scoring the pair: the gate only skips work.
+    assert not rule.judge("a new question", "stored", similarity=0.86).hit
+    assert rule.quick_verdict("a new question", "stored", similarity=0.88) is None
+    assert rule.judge("a new question", "stored", similarity=0.88).hit
+
+
+def test_the_gate_follows_the_target_and_strictness() -> None:
+    points = (CalibrationPoint(0.02, 0.9, 0.02, 0.3, 100), CalibrationPoint(0.2, 0.5, 0.2, 0.6, 300))
+    calibration = Calibration(
+        0.5, (), points, verifier_sha256="0" * 64, combiner=(6.8, 0.25, -5.5), logit_range=(-7.0, 7.0)
+    )
+    loose = CalibratedRule(ScriptedVerifier({}), calibration, target_false_hit_rate=0.2)
+    assert loose.quick_verdict("a new question", "stored", similarity=0.6) is None  # 0.5 is reachable
+    assert loose.quick_verdict("a new question", "stored", similarity=0.6, strictness=0.9) is not None
+
+
+def test_fitting_records_the_logit_range_and_old_files_read_the_widest(tmp_path: Path) -> None:
+    generator = np.random.default_rng(11)
+    labels = generator.integers(0, 2, 400)
+    logits = np.where(labels == 1, 2.0, -2.0) + generator.normal(0, 1.5, len(labels))
+    calibration = fit_calibration(
+        generator.uniform(0.6, 1.0, len(labels)), 1 / (1 + np.exp(-logits)), np.zeros(len(labels), dtype=bool),
+        labels, low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.2,),
+    )  # fmt: skip
+    low, high = calibration.logit_range
+    assert low <= logits.min() + 1e-4 and high >= logits.max() - 1e-4 and high - low < 20
+    path = calibration.save(tmp_path / "calibration.json")
+    assert Calibration.load(path).logit_range == calibration.logit_range
+    payload = path.read_text().replace('"logit_range"', '"unused"')
+    path.write_text(payload)
+    widest = Calibration.load(path).logit_range
+    assert widest[0] < -13 and widest[1] > 13
