@@ -44,6 +44,14 @@ def test_onnx_embedder_gives_torch_vectors_and_counts(export_dir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_large_batch_runs_in_length_chunks_and_keeps_its_order(export_dir: Path) -> None:
+    onnx = SentenceEmbedder(resolve_embedder(DEFAULT_EMBEDDER_NAME), "onnx", export_dir)
+    texts = [f"question {index}: " + "why " * (index * 7 % 40) for index in range(70)]  # > one chunk, mixed
+    one_by_one = np.concatenate([onnx.embed([text]) for text in texts])
+    assert np.abs(onnx.embed(texts) - one_by_one).max() < 1e-5
+
+
+@pytest.mark.slow
 def test_onnx_verifier_gives_torch_probabilities(export_dir: Path) -> None:
     onnx = PairVerifier(runtime="onnx", export_dir=export_dir)
     torch = PairVerifier(runtime="torch")
