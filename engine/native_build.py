@@ -67,8 +67,10 @@ def load_decode_library(isa: str | None = None, cache_dir: Path | None = None) -
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:12]
     target = (cache_dir or _cache_dir()) / f"decode_step-{isa}-{digest}.so"
-    if not target.exists() and not _compile(flags, target):
-        return None
+    if not target.exists():
+        if not _compile(flags, target):
+            return None
+        _remove_older_builds(target, isa)
     library = ctypes.CDLL(str(target))
     library.kvgate_decode_step.restype = ctypes.c_int
     return library
@@ -103,6 +105,17 @@ def _compile(flags: list[str], target: Path) -> bool:
         return False
     finally:
         partial_path.unlink(missing_ok=True)
+
+
+def _remove_older_builds(target: Path, isa: str) -> None:
+    """Delete this instruction set's builds of other source versions (a few hundred KB each, one per upgrade).
+
+    A process still running an old build keeps its mapping (Linux frees the file when the last user exits);
+    builds for other instruction sets stay, for a cache shared by different machines.
+    """
+    for old in target.parent.glob(f"decode_step-{isa}-*.so"):
+        if old != target:
+            old.unlink(missing_ok=True)
 
 
 def _cache_dir() -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,3 +203,15 @@ def test_the_instruction_set_is_read_from_the_cpu_flags() -> None:
 def test_health_reports_which_code_decodes() -> None:
     choice = WeightsChoice("int4", "auto", {}, {}, "AVX512", "fastest", decode="native (avx512_vnni)")
     assert WeightsChoice.from_description(choice.describe()).decode == "native (avx512_vnni)"
+
+
+def test_a_new_build_removes_older_builds_of_its_instruction_set(tmp_path: Path) -> None:
+    isa = cpu_isa()
+    assert isa is not None
+    older, other_isa = tmp_path / f"decode_step-{isa}-0123456789ab.so", tmp_path / "decode_step-other-0.so"
+    older.write_bytes(b"an older source version's build")
+    other_isa.write_bytes(b"another machine's build")
+    assert load_decode_library(isa, cache_dir=tmp_path) is not None
+    builds = sorted(path.name for path in tmp_path.glob(f"decode_step-{isa}-*.so"))
+    assert len(builds) == 1 and older.name not in builds
+    assert other_isa.exists()
