@@ -60,8 +60,10 @@ MIN_CALIBRATION_HITS = 30
 _UNVERIFIED_SCORE_CEILING = 0.01
 # Near-duplicates rank above every verified pair when the calibration orders pairs by score.
 _DECIDED_SCORE = 2.0
-# `_logit` clips probabilities to [1e-6, 1 - 1e-6]: the widest logit range a combiner can read.
+# `_logit` clips probabilities to [1e-6, 1 - 1e-6]: the widest logit range a combiner can read (and the one
+# read from calibration files written before `logit_range` was fitted).
 _CLIPPED_LOGIT = math.log((1 - 1e-6) / 1e-6)
+_WIDEST_LOGIT_RANGE = (-_CLIPPED_LOGIT, _CLIPPED_LOGIT)
 
 
 class PairScorer(Protocol):
@@ -97,7 +99,7 @@ class Calibration:
     combiner: tuple[float, float, float] = (0.0, 1.0, 0.0)  # cosine weight, verifier-logit weight, bias
     # The verifier logits the combiner was fitted on span this range; it reads any logit clamped into it
     # (beyond it the fitted line is an extrapolation nothing measured).
-    logit_range: tuple[float, float] = (-_CLIPPED_LOGIT, _CLIPPED_LOGIT)
+    logit_range: tuple[float, float] = _WIDEST_LOGIT_RANGE
 
     def combine(self, similarity: float, probability: float) -> float:
         """P(same meaning) from the cosine and the verifier's probability (identity by default)."""
@@ -149,7 +151,7 @@ class Calibration:
             str(payload["verifier_sha256"]),
             dict(payload.get("fitted_on", {})),
             _combiner(payload.get("combiner", (0.0, 1.0, 0.0))),
-            _logit_range(payload.get("logit_range", (-_CLIPPED_LOGIT, _CLIPPED_LOGIT))),
+            _logit_range(payload.get("logit_range", _WIDEST_LOGIT_RANGE)),
         )
 
 
@@ -295,7 +297,7 @@ def fit_calibration(
     logit_range = (
         (math.floor(float(logits.min()) * 1e5) / 1e5, math.ceil(float(logits.max()) * 1e5) / 1e5)
         if len(logits)
-        else (-_CLIPPED_LOGIT, _CLIPPED_LOGIT)
+        else _WIDEST_LOGIT_RANGE
     )
     probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner, logit_range)
     combined = np.array(
