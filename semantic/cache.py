@@ -1,11 +1,12 @@
 """The semantic cache's request flow: lookup (exact, then semantic), insert, purge, rebuild.
 
     lookup:  exact key in Redis (no embedding; a wording a semantic hit was served under is remembered
-             there too)  ->  embed the prompt (micro-batched, off the loop)
+             there too)  ->  a prompt in a language the rule was not measured on stops here
+             ->  embed the prompt (micro-batched, off the loop)
              ->  search the scope's FAISS index  ->  read the candidates from Redis (gone = miss, and
              out of the index)  ->  the HitRule judges the nearest fresh one (cheap checks on the loop;
              pairs that need the verifier batched across concurrent lookups, off the loop)
-    insert:  embed unless the lookup already did  ->  store in Redis (one entry per exact key)
+    insert:  embed unless the lookup already did (not in an unmeasured language: exact layer only)  ->  store in Redis (one entry per exact key)
              ->  index locally; other processes learn of it from the change stream
 
 The gateway builds a `RequestScope` (`semantic/scope.py`) and a `CacheControl` from the request, and
@@ -155,6 +156,8 @@ class SemanticCache:
             return Lookup(LookupKind.EXACT_HIT, entry, 1.0, reason, total_ms=_ms_since(started))
         if not scope.semantic:
             return Lookup(LookupKind.MISS, reason=scope.semantic_refusal or "", total_ms=_ms_since(started))
+        if (refusal := self.rule.language_refusal(scope.prompt)) is not None:
+            return Lookup(LookupKind.MISS, reason=refusal, total_ms=_ms_since(started))
         if self.sync.index.scope_size(scope.scope_id) == 0:  # nothing to compare with: skip the embedder
             return Lookup(LookupKind.MISS, reason="empty scope", total_ms=_ms_since(started))
 
@@ -219,12 +222,16 @@ class SemanticCache:
         if control.no_store:
             return None
         reason = scope.semantic_refusal or ""
-        if scope.semantic and vector is None:
+        # A prompt the rule will not judge is stored for the exact layer only: never anyone's candidate.
+        semantic = scope.semantic
+        if semantic and (refusal := self.rule.language_refusal(scope.prompt)) is not None:
+            semantic, reason = False, refusal
+        if semantic and vector is None:
             embedding = await self.batcher.embed(scope.prompt)
             vector = embedding.vector
             if vector is None:
                 reason = f"prompt has {embedding.num_tokens} tokens, over the embedder's {self.embedder.max_tokens}"
-        if not scope.semantic:
+        if not semantic:
             vector = None
         ttl_s = self.config.default_ttl_s if control.max_age_s is None else control.max_age_s
         # Under max-age, an older answer for the same exact request is replaced, not kept.

@@ -35,17 +35,20 @@ from semantic.changes import RedisClient
 from semantic.embedder import Embedder, SentenceEmbedder
 from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.guards import GUARDS_BY_NAME, first_veto
+from semantic.language import pair_refusal
 from semantic.near_duplicate import near_duplicate_reason
 from semantic.pair_sets import LabelledPair, file_part
 from semantic.rule import (
     DEFAULT_GUARDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
+    MIN_LANGUAGE_PAIRS,
     SHIPPED_CALIBRATION,
     CalibratedRule,
     Calibration,
     file_sha256,
     fit_calibration,
     load_rule,
+    measured_languages,
 )
 from semantic.scope import build_scope
 from semantic.store import RedisEntryStore
@@ -205,8 +208,13 @@ class RecordingRule(PairByPair):
 
     name = "recording"
 
-    def __init__(self) -> None:
+    def __init__(self, served: CalibratedRule) -> None:
         self.asked: dict[tuple[str, str], float] = {}
+        self.served = served
+
+    def language_refusal(self, text: str) -> str | None:
+        """The served rule's: a prompt it will not judge is neither indexed nor looked up, as when serving."""
+        return self.served.language_refusal(text)
 
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         self.asked[(query, candidate)] = similarity
@@ -225,7 +233,7 @@ def cache_probe(client: RedisClient, embedder: Embedder | None = None) -> ProbeF
     @asynccontextmanager
     async def factory(rule: CalibratedRule) -> AsyncIterator[PairProbe]:
         prefix = f"kvgate:eval:{secrets.token_hex(6)}"
-        recorder = RecordingRule()
+        recorder = RecordingRule(rule)
         cache = SemanticCache(
             RedisEntryStore(client, prefix=prefix),
             embedder if embedder is not None else default_embedder(),
@@ -345,7 +353,17 @@ def calibrate(
         if on_progress is not None:
             on_progress(start + len(chunk), len(pairs))
     chosen = tuple(GUARDS_BY_NAME[name] for name in guards)
-    vetoed = np.array([first_veto(pair.b, pair.a, chosen) is not None for pair in pairs])
+    languages = measured_languages([(pair.a, pair.b, pair.label) for pair in pairs])
+    if not languages:
+        raise ValueError(f"no language has {MIN_LANGUAGE_PAIRS} pairs in these files: too few to calibrate")
+    # Pairs the served rule will refuse for their language compete for no threshold.
+    vetoed = np.array(
+        [
+            pair_refusal(pair.b, pair.a, languages) is not None
+            or first_veto(pair.b, pair.a, chosen) is not None
+            for pair in pairs
+        ]
+    )
     near = np.array([near_duplicate_reason(pair.b, pair.a) is not None for pair in pairs])
     labels = np.array([pair.label for pair in pairs])
     calibration = fit_calibration(
@@ -358,6 +376,7 @@ def calibrate(
         guards=guards,
         verifier_sha256=file_sha256(WEIGHTS_FILE),
         fitted_on={"files": [path.name for path in paths], "part": part, "pairs": len(pairs)},
+        languages=languages,
     )
     return calibration.save(out)
 

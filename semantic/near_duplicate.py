@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import re
 
+import regex
+
 from semantic.word_tables import ALL_ABBREVIATIONS, SYNONYMS
 
 # Words (any script), and every symbol as a token of its own: "~" / "%", "()" / "[]" and "=" / "==" ask
@@ -47,6 +49,9 @@ _MIN_TYPO_LENGTH = 5
 # More misspelt words than this in one question is another question, or noise: the verifier's call.
 _MAX_TYPOS = 3
 _HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
+# Typos are read in Latin-script words only: in Chinese or Japanese a `\w+` run is a whole clause and one
+# differing character another word ("最长" / "最短", longest / shortest); the vocabulary below is English.
+_LATIN_WORD = regex.compile(r"\p{Latin}+")
 # Ways to open a "how do I" question that ask the same thing (the rubric: "How do I..." / "Tell me how to...").
 # Each is read as "how do i"; longest first, so that "can you tell me how to" is not read as "tell me how to".
 _HOW_DO_I: tuple[tuple[str, ...], ...] = tuple(
@@ -179,6 +184,8 @@ def _misspelt(first: str, second: str) -> bool:
     """One of the words is not a word (not whole in the embedder's vocabulary) and is one edit from the other:
     "recieve" / "receive" is a typo, "desert" / "dessert" and "angle" / "angel" are two words."""
     if not (first.isalpha() and second.isalpha()):  # "ain't" / "amn't", "v2" / "v3": not typos
+        return False
+    if not (_LATIN_WORD.fullmatch(first) and _LATIN_WORD.fullmatch(second)):
         return False
     known = _vocabulary()
     return (first not in known or second not in known) and _one_edit(first, second)

@@ -31,11 +31,16 @@ QQP_FILE = "qqp_dev.jsonl"
 REVIEWED_FILE = "qqp_dev_reviewed_6k.jsonl"
 ADVERSARIAL_FILE = "adversarial_dev.jsonl"
 MRPC_FILE = "mrpc_train.jsonl"
+# Hand-written to the rubric: chatbot rewordings and hard negatives (English), and six languages.
+CHATBOT_FILE = "chatbot_dev.jsonl"
+MULTILINGUAL_FILE = "multilingual_dev.jsonl"
 SPLITS_BY_FILE = {
     QQP_FILE: QQP_SPLIT,
     REVIEWED_FILE: DEV_SPLIT,
     ADVERSARIAL_FILE: DEV_SPLIT,
     MRPC_FILE: MRPC_SPLIT,
+    CHATBOT_FILE: DEV_SPLIT,
+    MULTILINGUAL_FILE: DEV_SPLIT,
 }
 
 
@@ -47,6 +52,7 @@ class LabelledPair:
     b: str
     label: int
     kind: str | None = None  # what the pair tests ("direction", "typo", ...), when the file says
+    lang: str | None = None  # the language ("zh"), or the two ("en-fr"), when the file says
 
 
 def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
@@ -63,9 +69,15 @@ def load_pairs(path: Path, limit: int | None = None) -> list[LabelledPair]:
                 or not isinstance(row.get("b"), str)
             ):
                 raise ValueError(f"{path}:{number}: expected a, b (strings) and label (0 or 1)")
-            kind = row.get("kind")
+            kind, lang = row.get("kind"), row.get("lang")
             pairs.append(
-                LabelledPair(row["a"], row["b"], int(row["label"]), kind if isinstance(kind, str) else None)
+                LabelledPair(
+                    row["a"],
+                    row["b"],
+                    int(row["label"]),
+                    kind if isinstance(kind, str) else None,
+                    lang if isinstance(lang, str) else None,
+                )
             )
             if limit is not None and len(pairs) >= limit:
                 break

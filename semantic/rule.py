@@ -2,6 +2,8 @@
 
 A cosine threshold alone is either unsafe or useless on hard negatives, so the rule layers three signals:
 
+0. only text in a language the calibration was measured on is judged (`semantic/language.py`); a prompt in
+   another language, or two prompts in different languages, get exact hits only;
 1. the embedder cosine gates: below `low_cosine` it is a miss and nothing else runs (most lookups);
 2. guards (`semantic/guards.py`) veto pairs whose numbers, negation or names differ;
 3. the verifier (`semantic/verifier.py`, a cross-encoder) scores the rest; its logit and the cosine are
@@ -31,8 +33,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from semantic import near_duplicate
+from semantic import language, near_duplicate
 from semantic.guards import GUARDS_BY_NAME, Guard, first_veto
+from semantic.language import NO_LANGUAGE, language_of
 from semantic.near_duplicate import near_duplicate_reason
 from semantic.verdict import Verdict
 
@@ -56,6 +59,11 @@ CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
 # false-hit rate too noisy to bound anything.
 MIN_CALIBRATION_HITS = 30
+# Calibrations written before `languages` was recorded were fitted on English pairs only.
+_LANGUAGES_BEFORE_RECORDED = ("en",)
+# A language is measured by a calibration when its pairs hold at least this many in that language, and at
+# least MIN_CALIBRATION_HITS of them positive: fewer cannot show what the threshold does in that language.
+MIN_LANGUAGE_PAIRS = 100
 # Scores of pairs the verifier never saw stay below this, so they rank under almost every verified pair.
 _UNVERIFIED_SCORE_CEILING = 0.01
 # Near-duplicates rank above every verified pair when the calibration orders pairs by score.
@@ -100,6 +108,8 @@ class Calibration:
     # The verifier logits the combiner was fitted on span this range; it reads any logit clamped into it
     # (beyond it the fitted line is an extrapolation nothing measured).
     logit_range: tuple[float, float] = _WIDEST_LOGIT_RANGE
+    # The languages (ISO 639-1) of the pairs it was fitted on: the only ones it judges (`semantic/language.py`).
+    languages: tuple[str, ...] = _LANGUAGES_BEFORE_RECORDED
 
     def combine(self, similarity: float, probability: float) -> float:
         """P(same meaning) from the cosine and the verifier's probability (identity by default)."""
@@ -152,6 +162,7 @@ class Calibration:
             dict(payload.get("fitted_on", {})),
             _combiner(payload.get("combiner", (0.0, 1.0, 0.0))),
             _logit_range(payload.get("logit_range", _WIDEST_LOGIT_RANGE)),
+            _languages(payload.get("languages", _LANGUAGES_BEFORE_RECORDED)),
         )
 
 
@@ -172,6 +183,16 @@ class CalibratedRule:
         self.calibration = calibration
         self.target_false_hit_rate = target_false_hit_rate
         self._guards: tuple[Guard, ...] = tuple(GUARDS_BY_NAME[name] for name in calibration.guards)
+        self._languages = frozenset(calibration.languages)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages this rule judges (its calibration's); every other prompt gets exact hits only."""
+        return self.calibration.languages
+
+    def language_refusal(self, text: str) -> str | None:
+        """Why `text` may get exact hits only (its language was not measured), or None when it is judged."""
+        return language.refusal(text, self._languages)
 
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         """Decide one pair; `strictness` in [0, 1] scales the allowed false-hit rate down to zero."""
@@ -223,6 +244,8 @@ class CalibratedRule:
         return None
 
     def _unverified(self, query: str, candidate: str, similarity: float) -> Verdict | None:
+        if (reason := language.pair_refusal(query, candidate, self._languages)) is not None:
+            return Verdict(False, _unverified_score(similarity, 1.0), reason)
         if similarity < self.calibration.low_cosine:
             return Verdict(False, _unverified_score(similarity, 0.5), "below cosine gate")
         if (reason := first_veto(query, candidate, self._guards)) is not None:
@@ -258,6 +281,7 @@ def load_rule(
             raise ValueError(f"{path} was fitted for other verifier weights; run `kvgate calibrate` again")
         verifier = PairVerifier(runtime=runtime, export_dir=export_dir, threads=threads)
     near_duplicate.warm()
+    language.warm()
     return CalibratedRule(verifier, calibration, target_false_hit_rate)
 
 
@@ -280,6 +304,7 @@ def fit_calibration(
     verifier_sha256: str,
     fitted_on: dict[str, object],
     targets: Sequence[float] = CALIBRATION_TARGETS,
+    languages: tuple[str, ...] = _LANGUAGES_BEFORE_RECORDED,
 ) -> Calibration:
     """Fit the cosine/verifier combiner, then for each target the lowest threshold on the combined score
     whose hits on these pairs stay within the target.
@@ -287,7 +312,8 @@ def fit_calibration(
     Only pairs that pass the cosine gate and the guards compete; recall counts against all positives.
     `near_duplicates` marks the pairs the rule serves without the verifier (`near_duplicate_reason`): they
     count as hits at every threshold, and the combiner is fitted on the others. A target whose best set of
-    hits is smaller than MIN_CALIBRATION_HITS is left out.
+    hits is smaller than MIN_CALIBRATION_HITS is left out. `languages` are those the pairs measured
+    (`measured_languages`); pairs in any other come `vetoed`, as serving refuses them.
     """
     decided = near_duplicates if near_duplicates is not None else np.zeros(len(labels), dtype=bool)
     eligible = (similarities >= low_cosine) & ~vetoed
@@ -331,7 +357,25 @@ def fit_calibration(
         )
     if not points:
         raise ValueError("no target could be met on these pairs: too few, or too few positives")
-    return Calibration(low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner, logit_range)
+    return Calibration(
+        low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner, logit_range, languages
+    )
+
+
+def measured_languages(pairs: Sequence[tuple[str, str, int]]) -> tuple[str, ...]:
+    """The languages whose (a, b, label) pairs, both texts in that language, are enough to calibrate for."""
+    counts: dict[str, list[int]] = {}
+    for first, second, label in pairs:
+        code = language_of(first)
+        if code == language_of(second) and code != NO_LANGUAGE:
+            counts.setdefault(code, []).append(label)
+    return tuple(
+        sorted(
+            code
+            for code, labels in counts.items()
+            if len(labels) >= MIN_LANGUAGE_PAIRS and sum(labels) >= MIN_CALIBRATION_HITS
+        )
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -368,6 +412,16 @@ def _logit_range(values: object) -> tuple[float, float]:
     if not isinstance(values, list | tuple) or len(values) != 2 or float(values[0]) > float(values[1]):
         raise ValueError("calibration logit_range must be [lowest, highest]")
     return (float(values[0]), float(values[1]))
+
+
+def _languages(values: object) -> tuple[str, ...]:
+    if (
+        not isinstance(values, list | tuple)
+        or not values
+        or not all(isinstance(code, str) for code in values)
+    ):
+        raise ValueError("calibration languages must be a non-empty list of language codes")
+    return tuple(str(code) for code in values)
 
 
 def _logit(probability: float) -> float:

@@ -22,6 +22,10 @@ class CosineThresholdRule(PairByPair):
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError("threshold must be a cosine, in [-1, 1]")
 
+    def language_refusal(self, text: str) -> str | None:
+        """None: a baseline that compares cosines in any language (it was never calibrated in one)."""
+        return None
+
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         strictness = min(max(strictness, 0.0), 1.0)
         threshold = self.threshold + (1.0 - self.threshold) * strictness

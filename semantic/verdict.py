@@ -33,6 +33,10 @@ class HitRule(Protocol):
         """Identifies the rule in logs and reports."""
         ...
 
+    def language_refusal(self, text: str) -> str | None:
+        """Why `text` gets exact hits only (the rule was not measured in its language), or None."""
+        ...
+
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         """`similarity` is the embedder cosine; `strictness` in [0, 1] can only make hits rarer."""
         ...

@@ -28,6 +28,7 @@ async def healthz(request: Request) -> dict[str, Any]:
             "runtime": state.embedder.runtime.runtime,
         },
         "verifier": _verifier(state.service.cache.rule),
+        "semantic_languages": _semantic_languages(state.service.cache.rule),
         "generator": {
             "kind": generator.kind.value,
             "location": generator.location,
@@ -56,6 +57,13 @@ def _weights(backend: Any) -> dict[str, object] | None:
     """How the engine stores its weights and why (None in reverse-proxy mode)."""
     choice = getattr(backend, "weights", None)
     return None if choice is None else dict(choice.describe())
+
+
+def _semantic_languages(rule: Any) -> list[str] | None:
+    """The languages whose prompts may get semantic hits (the calibration's); other prompts get exact hits
+    only. None: a rule that compares prompts in any language (read by attribute: any rule fits)."""
+    languages = getattr(rule, "languages", None)
+    return None if languages is None else list(languages)
 
 
 def _verifier(rule: Any) -> dict[str, str] | None:

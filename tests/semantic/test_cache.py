@@ -249,6 +249,9 @@ class CountingRule:
     def __init__(self) -> None:
         self.batches: list[int] = []
 
+    def language_refusal(self, text: str) -> str | None:
+        return None
+
     def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
         return self.judge_many([(query, candidate)], [similarity], strictness)[0]
 
