@@ -216,14 +216,18 @@ class SemanticCache:
         *,
         tags: tuple[str, ...] = (),
         vector: Vectors | None = None,
+        exact_only: str | None = None,
     ) -> Inserted | None:
-        """Store `response` for this request (None when `no_store`). Pass the lookup's `vector` if any."""
+        """Store `response` for this request (None when `no_store`). Pass the lookup's `vector` if any;
+        `exact_only` says why this answer may serve only the same request (e.g. it is a tool call)."""
         control = control or CacheControl()
         if control.no_store:
             return None
         reason = scope.semantic_refusal or ""
         # A prompt the rule will not judge is stored for the exact layer only: never anyone's candidate.
         semantic = scope.semantic
+        if semantic and exact_only is not None:
+            semantic, reason = False, exact_only
         if semantic and (refusal := self.rule.language_refusal(scope.prompt)) is not None:
             semantic, reason = False, refusal
         if semantic and vector is None:

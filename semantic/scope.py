@@ -100,6 +100,7 @@ def build_scope(
     else:
         raise ValueError("request has neither `messages` nor `prompt`")
     params = canonical_params(request)
+    refusal = refusal or exact_only_reason(request)
     scope = {
         "v": SCOPE_VERSION,
         "tenant": tenant,
@@ -112,6 +113,32 @@ def build_scope(
     scope_id = _digest(canonical_json(scope), secret)
     exact_key = _digest(scope_id + "\x00" + prompt, secret)
     return RequestScope(tenant, model, endpoint, scope_id, exact_key, prompt, refusal)
+
+
+def exact_only_reason(request: Mapping[str, Any]) -> str | None:
+    """Why a request whose last turn is plain text still gets exact hits only, or None.
+
+    The rule was measured on plain-text questions answered in one text: with tools in play, tool results in
+    the conversation, log-probabilities, several choices or audio asked for, the answer is not a text that a
+    reworded question may share (its tool calls, token scores or choices belong to this exact request).
+    """
+    if request.get("tools") or request.get("functions"):
+        return "tools in play"
+    messages = request.get("messages")
+    if isinstance(messages, list) and any(
+        isinstance(message, Mapping) and message.get("role") in ("tool", "function") for message in messages
+    ):
+        return "tool results in the conversation"
+    if request.get("logprobs") or request.get("top_logprobs"):
+        return "log-probabilities asked"
+    if (request.get("n") or 1) != 1 or (request.get("best_of") or 1) != 1:
+        return "several choices asked"
+    if request.get("echo") or request.get("suffix"):
+        return "echo or suffix asked"
+    modalities = request.get("modalities")
+    if request.get("audio") or (isinstance(modalities, list) and "audio" in modalities):
+        return "audio asked"
+    return None
 
 
 def canonical_params(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -204,3 +204,36 @@ def test_canonical_json_is_order_free() -> None:
     assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == canonical_json(
         {"a": [1, {"c": 3, "d": 2}], "b": 1}
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools in play"),
+        ({"logprobs": True, "top_logprobs": 2}, "log-probabilities asked"),
+        ({"n": 2}, "several choices asked"),
+        ({"modalities": ["text", "audio"]}, "audio asked"),
+    ],
+)
+def test_requests_whose_answer_is_not_a_shareable_text_are_exact_only(
+    overrides: dict[str, object], reason: str
+) -> None:
+    scope = make_scope("What is the capital of France?", **overrides)
+    assert scope.prompt == "What is the capital of France?"
+    assert scope.semantic_refusal == reason
+
+
+def test_a_conversation_with_tool_results_is_exact_only() -> None:
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    scope = make_scope("ignored", messages=messages)
+    assert scope.prompt == "And tomorrow?" and scope.semantic_refusal == "tool results in the conversation"
+    assert make_scope("What is the capital of France?", n=1, logprobs=False).semantic
