@@ -22,9 +22,9 @@ import random
 import re
 from collections.abc import Callable, Sequence
 
-from semantic.edit_guards import OPPOSITES
 from semantic.pair_sets import LabelledPair
-from semantic.word_tables import ABBREVIATIONS
+from semantic.rule.edit_guards import OPPOSITES
+from semantic.rule.word_tables import ABBREVIATIONS
 
 Maker = Callable[[str, random.Random], str | None]
 

@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.minimal_pairs import minimal_pairs, task_pairs
-from semantic.embedder_source import packaged_model_dir
+from semantic.embedding.embedder_source import packaged_model_dir
 from semantic.pair_sets import (
     ADVERSARIAL_FILE,
     MRPC_FILE,
@@ -50,7 +50,7 @@ from semantic.pair_sets import (
     load_pairs,
     text_groups,
 )
-from semantic.verifier import (
+from semantic.rule.verifier import (
     FROZEN_PREFIX,
     WEIGHTS_FILE,
     encode_pairs,

@@ -36,12 +36,12 @@ from gateway.tracing import Tracing
 from gateway.upstream import UpstreamBackend
 from gateway.worker_peers import PeerServer, WorkerPeers, worker_socket
 from semantic.cache import CacheConfig, SemanticCache
-from semantic.embedder import SentenceEmbedder
-from semantic.embedder_source import resolve_embedder
-from semantic.index import rich_progress
-from semantic.rule import load_rule as load_calibrated_rule
-from semantic.store import RedisEntryStore
-from semantic.verdict import HitRule
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.embedding.embedder_source import resolve_embedder
+from semantic.index.vector_index import rich_progress
+from semantic.rule.calibrated import load_rule as load_calibrated_rule
+from semantic.rule.verdict import HitRule
+from semantic.store.entries import RedisEntryStore
 
 logger = logging.getLogger("kvgate")
 

@@ -23,8 +23,8 @@ from engine.model_files import (
 from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.request_log import configure_logging
 from gateway.settings import Settings
-from semantic.changes import RedisClient
-from semantic.embedder_source import resolve_embedder
+from semantic.embedding.embedder_source import resolve_embedder
+from semantic.store.changes import RedisClient
 
 app = typer.Typer(help="kvgate: a semantic-cache gateway for LLM traffic.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -160,8 +160,8 @@ def _pull_missing(settings: Settings) -> None:
 
 def _export_for_onnx(settings: Settings) -> None:
     """Export the embedder and the verifier for ONNX Runtime now, so that the first `serve` starts fast."""
-    from semantic.embedder import SentenceEmbedder
-    from semantic.rule import load_rule
+    from semantic.embedding.embedder import SentenceEmbedder
+    from semantic.rule.calibrated import load_rule
 
     with console.status("exporting the embedder and the verifier for ONNX Runtime (first time only)"):
         embedder = SentenceEmbedder(

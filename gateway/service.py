@@ -1,6 +1,6 @@
 """The request flow, top to bottom: scope -> exact layer -> semantic layer -> backend -> store.
 
-    answer():   which model  ->  scope (semantic.scope)  ->  cache lookup (exact, then semantic)
+    answer():   which model  ->  scope (semantic.store.scope)  ->  cache lookup (exact, then semantic)
                 -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit)
                 -> miss: join the identical generation already in flight, or start one (bounded)
     on finish:  store the answer if it is complete and the client allowed it
@@ -29,8 +29,8 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
 from gateway.shadow import ShadowStats
 from gateway.stats import HitStats
 from semantic.cache import CacheControl, Lookup, LookupKind, SemanticCache
-from semantic.scope import RequestScope, build_scope
-from semantic.store import CacheEntry
+from semantic.store.entries import CacheEntry
+from semantic.store.scope import RequestScope, build_scope
 
 logger = logging.getLogger("kvgate.service")
 

@@ -24,7 +24,7 @@ from redis.exceptions import RedisClusterException
 from gateway.background import cancel_and_wait
 from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.settings import Settings
-from semantic.changes import RedisClient
+from semantic.store.changes import RedisClient
 
 logger = logging.getLogger("kvgate.store")
 

@@ -14,7 +14,7 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.report_stats import prefix_cache, rule_summary, similarity_histogram
 from gateway.routes.health import current_registry
 from gateway.service import CompletionCall
-from semantic.purge import PurgeSelector
+from semantic.store.purge import PurgeSelector
 
 router = APIRouter(prefix="/admin")
 logger = logging.getLogger("kvgate.admin")

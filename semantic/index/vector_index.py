@@ -22,7 +22,7 @@ from typing import ParamSpec, TypeVar, cast
 
 import faiss
 
-from semantic.scope_index import IndexConfig, Neighbour, ScopeIndex, Vectors
+from semantic.index.scope_index import IndexConfig, Neighbour, ScopeIndex, Vectors
 
 __all__ = ["IndexBuilder", "IndexConfig", "Neighbour", "RebuildProgress", "VectorIndex", "rich_progress"]
 

@@ -1,6 +1,6 @@
 """The plainest `HitRule`: a hit when the cosine similarity reaches a threshold.
 
-The baseline the calibrated rule in `semantic/rule.py` is measured against, and the rule the cache's
+The baseline the calibrated rule in `semantic/rule/calibrated.py` is measured against, and the rule the cache's
 own tests use (their subject is the cache, not the decision). Knows only the `HitRule` protocol.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from semantic.verdict import PairByPair, Verdict
+from semantic.rule.verdict import PairByPair, Verdict
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Sentence embeddings for the semantic cache: a sentence-transformers model, normalised, on CPU.
 
-The model runs on ONNX Runtime when it can (`semantic/onnx_embedder.py`: same vectors, about 3.5x faster
+The model runs on ONNX Runtime when it can (`semantic/embedding/onnx_embedder.py`: same vectors, about 3.5x faster
 for one short prompt), else on torch, and says which and why in `runtime`. Knows how to load and run the
 embedder; knows nothing about Redis, FAISS or HTTP.
 """
@@ -14,9 +14,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from semantic.embedder_source import EmbedderSource
-from semantic.onnx_embedder import NotExportable, OnnxSentenceModel
-from semantic.onnx_runtime import RuntimeChoice, choose_runtime, default_export_dir
+from semantic.embedding.embedder_source import EmbedderSource
+from semantic.embedding.onnx_embedder import NotExportable, OnnxSentenceModel
+from semantic.embedding.onnx_runtime import RuntimeChoice, choose_runtime, default_export_dir
 
 logger = logging.getLogger("kvgate.semantic")
 

@@ -1,7 +1,7 @@
 """The seam between the cache and its decision rule: what a rule is asked, and what it answers.
 
 The cache finds the nearest stored prompt in the request's scope; the rule decides whether that stored
-answer may be served for this prompt. Rules live in `semantic/rule.py`; the cache depends only on this.
+answer may be served for this prompt. Rules live in `semantic/rule/calibrated.py`; the cache depends only on this.
 """
 
 from __future__ import annotations

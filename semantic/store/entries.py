@@ -11,7 +11,7 @@ all keys of one scope, and hence of one entry, share a slot and one Lua script c
     P:{S}:meta           hash    tenant, model of the scope (purge by tenant / model without reading
                                  entries); the zset and this live as long as the scope's longest entry
     P:id:{<entry id>}    string  scope id of an entry (purge by id); its own slot, best effort
-    P:changes            stream  adds and deletes, tailed by every process (`semantic/changes.py`)
+    P:changes            stream  adds and deletes, tailed by every process (`semantic/store/changes.py`)
 
 Entry fields: id, scope, tenant, model, prompt, response (canonical JSON text), created and
 expires (epoch seconds, 0 = never), hits, tags (JSON list), exact (its exact key), vector (float32
@@ -32,9 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 from redis.typing import EncodableT
 
-from semantic.changes import ChangeFeed, RedisClient, Vectors
-from semantic.scope import RequestScope
-from semantic.store_scripts import DELETE_ENTRIES, GET_EXACT, PUT_ENTRY, RECORD_HIT, REMEMBER_ALIAS
+from semantic.store.changes import ChangeFeed, RedisClient, Vectors
+from semantic.store.scope import RequestScope
+from semantic.store.scripts import DELETE_ENTRIES, GET_EXACT, PUT_ENTRY, RECORD_HIT, REMEMBER_ALIAS
 
 ENTRY_FIELDS = (
     "id",

@@ -3,7 +3,7 @@
 A sentence embedding puts "What is 2+2?" next to "What is 2+3?" and "flights to Paris" next to "flights
 to Rome". Each guard here looks at one such feature — numbers, negation, names, the question word — and
 says whether the two texts disagree on it. Guards only veto; they never make a hit. They know nothing of
-embeddings or thresholds. Which guards the rule applies is a measured choice (see `semantic/rule.py`).
+embeddings or thresholds. Which guards the rule applies is a measured choice (see `semantic/rule/calibrated.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from semantic.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
-from semantic.task_guards import languages_differ, task_slots_differ
+from semantic.rule.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+from semantic.rule.task_guards import languages_differ, task_slots_differ
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _EXPRESSION = re.compile(r"\d[\d.,]*(?:\s*[-+*/^x×÷=]\s*\d[\d.,]*)+")

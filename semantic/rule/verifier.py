@@ -4,12 +4,12 @@ Sentence embeddings lose the word-level differences that separate hard negatives
 India" / "in China"); a cross-encoder attends across the two texts and keeps them. It is fine-tuned from
 the packaged all-MiniLM-L6-v2 encoder in two stages (`bench/train_verifier.py`: paraphrase from every
 source, then the cache's rubric alone) with the word embeddings frozen, so
-kvgate ships only the other weights and the head (`semantic/verifier_weights/`, fp16) and loads them on
+kvgate ships only the other weights and the head (`semantic/rule/verifier_weights/`, fp16) and loads them on
 top of the installed base model. This module knows how to build, load and run it; it knows nothing about
 thresholds or the cache.
 
 It runs on ONNX Runtime when it can (exported at first start from these weights and cached beside the
-embedder's export, `semantic/onnx_runtime.py`), else on torch; `runtime` says which and why.
+embedder's export, `semantic/embedding/onnx_runtime.py`), else on torch; `runtime` says which and why.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
 
-from semantic.embedder_source import packaged_model_dir
-from semantic.onnx_runtime import (
+from semantic.embedding.embedder_source import packaged_model_dir
+from semantic.embedding.onnx_runtime import (
     OnnxEncoder,
     RuntimeChoice,
     choose_runtime,

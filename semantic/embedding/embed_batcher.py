@@ -1,4 +1,4 @@
-"""Micro-batched, off-loop embedding: concurrent callers share one embedder call (`semantic/micro_batch.py`).
+"""Micro-batched, off-loop embedding: concurrent callers share one embedder call (`semantic/embedding/micro_batch.py`).
 
 Under load the batch grows with the load, and a lone request pays at most `max_wait_ms` extra.
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantic.embedder import Embedder, Vectors
-from semantic.micro_batch import MicroBatcher
+from semantic.embedding.embedder import Embedder, Vectors
+from semantic.embedding.micro_batch import MicroBatcher
 
 
 @dataclass(frozen=True, slots=True)

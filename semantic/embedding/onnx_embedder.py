@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from semantic.onnx_runtime import OnnxEncoder, export_encoder, exported, weights_digest
+from semantic.embedding.onnx_runtime import OnnxEncoder, export_encoder, exported, weights_digest
 
 Vectors = npt.NDArray[np.float32]
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

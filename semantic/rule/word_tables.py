@@ -1,7 +1,7 @@
 """Word tables for the near-duplicate path: abbreviations and their expansions, and words that mean the same.
 
 General English, written for kvgate (never taken from a pairs file). Knows words only: how they are compared
-lives in `semantic/near_duplicate.py`.
+lives in `semantic/rule/near_duplicate.py`.
 
 Expansions are written with spaces where the usual spelling has a hyphen: the near-duplicate path reads a
 hyphen between two words as a space ("multi-factor" / "multi factor").

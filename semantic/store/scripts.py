@@ -4,7 +4,7 @@ Every key a script touches shares the scope's hash tag, so the scripts run uncha
 Valkey and a Redis Cluster. Keys derived inside a script (an entry key from its id) are built from a
 prefix passed in ARGV; they are in the same slot as the declared keys by construction.
 
-Knows the key roles documented in `semantic/store.py`; nothing else.
+Knows the key roles documented in `semantic/store/entries.py`; nothing else.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A cosine threshold alone is either unsafe or useless on hard negatives, so the rule layers three signals:
 
 1. the embedder cosine gates: below `low_cosine` it is a miss and nothing else runs (most lookups);
-2. guards (`semantic/guards.py`) veto pairs whose numbers, negation or names differ;
-3. the verifier (`semantic/verifier.py`, a cross-encoder) scores the rest; its logit and the cosine are
+2. guards (`semantic/rule/guards.py`) veto pairs whose numbers, negation or names differ;
+3. the verifier (`semantic/rule/verifier.py`, a cross-encoder) scores the rest; its logit and the cosine are
    combined by a logistic regression fitted at calibration, and a pair is a hit when that combined
    probability reaches the threshold fitted for the target false-hit rate.
 
@@ -31,10 +31,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from semantic import near_duplicate
-from semantic.guards import GUARDS_BY_NAME, Guard, first_veto
-from semantic.near_duplicate import near_duplicate_reason
-from semantic.verdict import Verdict
+from semantic.rule import near_duplicate
+from semantic.rule.guards import GUARDS_BY_NAME, Guard, first_veto
+from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.rule.verdict import Verdict
 
 DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
 SHIPPED_CALIBRATION = Path(__file__).parent / "calibration.json"
@@ -249,7 +249,7 @@ def load_rule(
     A calibration fitted with other verifier weights is refused: its thresholds would mean nothing.
     `runtime`, `export_dir` and `threads` say how the shipped verifier runs (`PairVerifier`).
     """
-    from semantic.verifier import WEIGHTS_FILE, PairVerifier
+    from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
 
     path = calibration_path(data_dir)
     calibration = Calibration.load(path)

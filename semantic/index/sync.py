@@ -25,10 +25,10 @@ from dataclasses import replace
 import numpy as np
 from redis.exceptions import RedisError
 
-from semantic.changes import START, Change, StreamId
-from semantic.index import IndexBuilder, IndexConfig, RebuildProgress, VectorIndex
-from semantic.scope_index import RebuildJob, ScopeIndex
-from semantic.store import EntryStore
+from semantic.index.scope_index import RebuildJob, ScopeIndex
+from semantic.index.vector_index import IndexBuilder, IndexConfig, RebuildProgress, VectorIndex
+from semantic.store.changes import START, Change, StreamId
+from semantic.store.entries import EntryStore
 
 log = logging.getLogger(__name__)
 

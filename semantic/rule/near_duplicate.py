@@ -3,10 +3,10 @@
 Case and punctuation, politeness and interjections at either end ("Quick question: ... Thanks!"), "please"
 anywhere, contractions ("what's" / "what is"), hyphens ("multi-factor" / "multi factor"), a known abbreviation
 against its expansion, plural too ("EIN" / "employer identification number", "KPIs" / "key performance
-indicators"), a listed word for the same thing ("permitted" / "allowed", `semantic/word_tables.py`), up to three
+indicators"), a listed word for the same thing ("permitted" / "allowed", `semantic/rule/word_tables.py`), up to three
 misspelt or differently spelt words ("recieve" / "receive", "colour" / "color"), and a clause moved whole
 from one end to the other ("In Python, how do I ...?" / "How do I ... in Python?"). Such pairs hit without
-the verifier, after the guards have had their veto (`semantic/rule.py`).
+the verifier, after the guards have had their veto (`semantic/rule/calibrated.py`).
 
 The tables are general English, written for kvgate (not taken from any pairs file). Knows text only: no
 model, no thresholds.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 
-from semantic.word_tables import ALL_ABBREVIATIONS, SYNONYMS
+from semantic.rule.word_tables import ALL_ABBREVIATIONS, SYNONYMS
 
 # Words (any script), and every symbol as a token of its own: "~" / "%", "()" / "[]" and "=" / "==" ask
 # different things. Only sentence punctuation and quotes are dropped.
@@ -192,7 +192,7 @@ def warm() -> None:
 @functools.cache
 def _vocabulary() -> frozenset[str]:
     """The whole words of the packaged MiniLM's WordPiece vocabulary (~20k English words and names)."""
-    from semantic.embedder_source import packaged_model_dir
+    from semantic.embedding.embedder_source import packaged_model_dir
 
     lines = (packaged_model_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
     return frozenset(line for line in lines if line.isalpha() and not line.startswith("##"))

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, fields
 
-from semantic.store import CacheEntry, EntryStore
+from semantic.store.entries import CacheEntry, EntryStore
 
 Deleted = Callable[[str, list[str]], None]
 
