@@ -20,9 +20,9 @@ from engine.model_files import (
     ensure_packaged_gguf,
     resolve_generator,
 )
-from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
-from gateway.request_log import configure_logging
-from gateway.settings import Settings
+from gateway.observability.request_log import configure_logging
+from gateway.runtime.embedded_store import EmbeddedStore, EmbeddedStoreError
+from gateway.runtime.settings import Settings
 from semantic.embedding.embedder_source import resolve_embedder
 from semantic.store.changes import RedisClient
 
@@ -64,8 +64,8 @@ def serve(
             console.print(f"[red]kvgate serve:[/red] {error}")
             raise typer.Exit(code=2) from error
         return
-    from gateway.app import create_app
-    from gateway.http_server import run_http
+    from gateway.http.app import create_app
+    from gateway.http.server import run_http
 
     run_http(create_app(settings), settings)
 
@@ -116,8 +116,8 @@ def report(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's traffic.")] = None,
 ) -> None:
     """Print the hit-rate report of a running gateway (admin token from KVGATE_ADMIN_TOKEN)."""
-    from gateway.report import ReportError, default_url, fetch_stats, print_report
-    from gateway.report_html import render_html
+    from gateway.observability.report import ReportError, default_url, fetch_stats, print_report
+    from gateway.observability.report_html import render_html
 
     settings = Settings()
     source = url or default_url(settings.host, settings.port)

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from gateway.embedded_store import EmbeddedStore
+from gateway.runtime.embedded_store import EmbeddedStore
 from semantic.store.entries import RedisEntryStore
 from semantic.store.purge import PurgeSelector, purge
 from tests.semantic.builders import REDIS_URL, delete_prefix, make_scope, unique_prefix
