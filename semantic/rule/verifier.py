@@ -2,7 +2,7 @@
 
 Sentence embeddings lose the word-level differences that separate hard negatives ("2+2" / "2+3", "in
 India" / "in China"); a cross-encoder attends across the two texts and keeps them. It is fine-tuned from
-the packaged all-MiniLM-L6-v2 encoder in two stages (`bench/train_verifier.py`: paraphrase from every
+the packaged all-MiniLM-L6-v2 encoder in two stages (`training/train_verifier.py`: paraphrase from every
 source, then the cache's rubric alone) with the word embeddings frozen, so
 kvgate ships only the other weights and the head (`semantic/rule/verifier_weights/`, fp16) and loads them on
 top of the installed base model. This module knows how to build, load and run it; it knows nothing about

@@ -9,8 +9,8 @@ hyphen between two words as a space ("multi-factor" / "multi factor").
 
 from __future__ import annotations
 
-# The first table. `bench/minimal_pairs.py` draws the verifier's abbreviation training pairs from this one
-# alone, so that `bench/train_verifier.py` still reproduces the shipped weights; add new entries below.
+# The first table. `training/minimal_pairs.py` draws the verifier's abbreviation training pairs from this one
+# alone, so that `training/train_verifier.py` still reproduces the shipped weights; add new entries below.
 ABBREVIATIONS = {
     "ai": "artificial intelligence", "ml": "machine learning", "hr": "human resources",
     "ein": "employer identification number", "llc": "limited liability company", "ssn": "social security number",

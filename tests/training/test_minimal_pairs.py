@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bench.minimal_pairs import OTHER_ANSWER, SAME_ANSWER, minimal_pairs, task_pairs
+from training.minimal_pairs import OTHER_ANSWER, SAME_ANSWER, minimal_pairs, task_pairs
 
 
 def make(kind: str, text: str, seed: int = 0) -> str | None:

@@ -1,10 +1,10 @@
 """Fine-tune the semantic cache's verifier (a MiniLM cross-encoder) on CPU and write its shipped weights.
 
-    .venv/bin/python bench/train_verifier.py --probe         # time a few batches, write nothing
-    .venv/bin/python bench/train_verifier.py --steps 4200 --minutes 70 --out /tmp/v/stage1.safetensors
-    .venv/bin/python bench/train_verifier.py --resume /tmp/v/stage1.safetensors --stage rubric \
+    .venv/bin/python training/train_verifier.py --probe         # time a few batches, write nothing
+    .venv/bin/python training/train_verifier.py --steps 4200 --minutes 70 --out /tmp/v/stage1.safetensors
+    .venv/bin/python training/train_verifier.py --resume /tmp/v/stage1.safetensors --stage rubric \
         --steps 2000 --minutes 45 --learning-rate 2e-5 --threads 1 --out /tmp/v/stage2.safetensors
-    .venv/bin/python bench/train_verifier.py --minutes 0 --steps 4200    # exactly reproducible, steps only
+    .venv/bin/python training/train_verifier.py --minutes 0 --steps 4200    # exactly reproducible, steps only
 
 The shipped weights come from two runs (docs/benchmarks.md has their loss and time): the first from the
 packaged all-MiniLM-L6-v2 on every source (`training_pairs`), the second from the first's weights on rubric
@@ -18,7 +18,7 @@ Data (read from ../shared/data/, never shipped), the labels aligned with the cac
 (`semantic/pair_sets.py`), raw Quora pairs taught as soft targets (`soft_targets`: P(rubric label |
 Quora label, how the texts' words differ), counted on the reviewed train part), the pairs Quora's labels
 imply, MRPC's train part, and minimal pairs made from Quora train texts and task requests
-(`bench/minimal_pairs.py`). No text of a calibration or test part is seen here. Each pair is shown in a
+(`training/minimal_pairs.py`). No text of a calibration or test part is seen here. Each pair is shown in a
 random order (a, b) or (b, a). The word embeddings stay frozen, so only the rest ships (fp16, 21 MB).
 """
 
@@ -37,7 +37,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.minimal_pairs import minimal_pairs, task_pairs
 from semantic.embedding.embedder_source import packaged_model_dir
 from semantic.pair_sets import (
     ADVERSARIAL_FILE,
@@ -59,6 +58,7 @@ from semantic.rule.verifier import (
     load_trained_weights,
     save_trained_weights,
 )
+from training.minimal_pairs import minimal_pairs, task_pairs
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 SEED = 20240610
@@ -216,7 +216,7 @@ def training_pairs(data_dir: Path, transitive: bool = True, seed: int = SEED) ->
     - raw Quora pairs not in the reviewed sample, kind `quora-raw` (soft targets, `soft_targets`), and with
       `transitive` the pairs their labels imply; any Quora group touching a held-out text is left out;
     - MRPC's train part;
-    - minimal pairs made from Quora train texts and task requests (`bench/minimal_pairs.py`).
+    - minimal pairs made from Quora train texts and task requests (`training/minimal_pairs.py`).
     """
     rng = random.Random(seed)
     quora, group_of, tainted = quora_groups(data_dir)
