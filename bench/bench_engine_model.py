@@ -33,7 +33,7 @@ from engine.loader import ensure_hf_folder, load_model
 from engine.model_files import resolve_generator
 from engine.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
-from gateway.settings import Settings
+from gateway.runtime.settings import Settings
 
 BLOCK_SIZE = 16
 

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rss-only", action="store_true", help="only the engine-alone RSS figures")
     args = parser.parse_args(argv)
     from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
-    from gateway.settings import Settings
+    from gateway.runtime.settings import Settings
 
     gguf = Path(resolve_generator(DEFAULT_GENERATOR_NAME, Settings().model_dir).location)
     if not (args.rss_only or args.hits_only) and not args.llama_server.is_file():
@@ -319,7 +319,7 @@ from engine.engine import build_engine
 from engine.loader import load_model
 from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
-from gateway.settings import Settings
+from gateway.runtime.settings import Settings
 
 weights = sys.argv[1]
 torch.set_num_threads(1)

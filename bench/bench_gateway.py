@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gateway.app import create_app  # noqa: E402
-from gateway.settings import Settings  # noqa: E402
+from gateway.http.app import create_app  # noqa: E402
+from gateway.runtime.settings import Settings  # noqa: E402
 from tests.gateway.live_server import serve  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import redis.asyncio as aioredis
 
-from semantic.index import IndexConfig, VectorIndex
-from semantic.scope_index import ScopeIndex
-from semantic.store import RedisEntryStore
-from semantic.sync import IndexSync
+from semantic.index.scope_index import ScopeIndex
+from semantic.index.sync import IndexSync
+from semantic.index.vector_index import IndexConfig, VectorIndex
+from semantic.store.entries import RedisEntryStore
 
 DIMENSION = 384
 GOAL_LAG_MS = 1000.0  # a background rebuild must never hold the loop for a second

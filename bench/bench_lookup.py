@@ -24,11 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from semantic.embedder import Embedder
+from semantic.embedding.embedder import Embedder
 from semantic.evaluation import default_embedder
 from semantic.pair_sets import ADVERSARIAL_FILE, REVIEWED_FILE, LabelledPair, file_part
-from semantic.rule import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration, load_rule
-from semantic.verifier import PairVerifier
+from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration, load_rule
+from semantic.rule.verifier import PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -38,8 +38,8 @@ def rule_at(revision: str, workdir: Path) -> CalibratedRule:
     """The shipped rule as it was at `revision`: its calibration and its verifier weights."""
     weights = workdir / "verifier.safetensors"
     calibration = workdir / "calibration.json"
-    for path, name in ((weights, "semantic/verifier_weights/verifier.safetensors"),
-                       (calibration, "semantic/calibration.json")):  # fmt: skip
+    for path, name in ((weights, "semantic/rule/verifier_weights/verifier.safetensors"),
+                       (calibration, "semantic/rule/calibration.json")):  # fmt: skip
         path.write_bytes(subprocess.run(["git", "show", f"{revision}:{name}"], cwd=REPO, check=True,
                                         capture_output=True).stdout)  # fmt: skip
     return CalibratedRule(PairVerifier(weights=weights), Calibration.load(calibration))

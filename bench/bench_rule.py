@@ -1,7 +1,7 @@
 """Measure the decision rule on held-out pairs, piece by piece, and (optionally) write the shipped calibration.
 
     .venv/bin/python bench/bench_rule.py                       # report only
-    .venv/bin/python bench/bench_rule.py --write-calibration   # also refit semantic/calibration.json
+    .venv/bin/python bench/bench_rule.py --write-calibration   # also refit semantic/rule/calibration.json
 
 Splits are those of `semantic.pair_sets`: the calibration is fitted on the `calibration` parts of the
 reviewed Quora sample and the adversarial pairs together; every figure is reported on their `test` parts
@@ -32,10 +32,8 @@ from semantic.evaluation import (
     roc_auc,
     score_outcomes,
 )
-from semantic.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
-from semantic.near_duplicate import near_duplicate_reason
 from semantic.pair_sets import ADVERSARIAL_FILE, DEV_SPLIT, MRPC_FILE, REVIEWED_FILE, LabelledPair, file_part
-from semantic.rule import (
+from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
     SHIPPED_CALIBRATION,
     CalibratedRule,
@@ -43,8 +41,10 @@ from semantic.rule import (
     file_sha256,
     fit_calibration,
 )
-from semantic.verdict import Verdict
-from semantic.verifier import WEIGHTS_FILE, PairVerifier
+from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
+from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.rule.verdict import Verdict
+from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parent / "out"

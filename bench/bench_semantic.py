@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from semantic.cache import CacheConfig, LookupKind, SemanticCache
-from semantic.embedder import SentenceEmbedder
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-from semantic.scope import RequestScope, build_scope
-from semantic.store import RedisEntryStore
-from semantic.threshold_rule import CosineThresholdRule
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.rule.threshold import CosineThresholdRule
+from semantic.store.entries import RedisEntryStore
+from semantic.store.scope import RequestScope, build_scope
 
 ACTIONS = ["reset", "change", "recover", "update", "delete", "export", "back up", "verify", "share", "lock"]
 ACTIONS += ["unlock", "sync", "rename", "restore", "encrypt", "transfer", "archive", "print", "scan", "link"]

@@ -27,7 +27,7 @@ def main(port: int, folder: str, cosine: float) -> None:
     from gptcache.processor.pre import get_prompt
     from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
 
-    from semantic.embedder_source import packaged_model_dir
+    from semantic.embedding.embedder_source import packaged_model_dir
 
     model = SentenceTransformer(str(packaged_model_dir()), device="cpu", local_files_only=True)
 

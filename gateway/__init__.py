@@ -1,1 +1,1 @@
-"""kvgate's HTTP face: settings, the FastAPI app, the CLI. Imports semantic/ and engine/, never the reverse."""
+"""kvgate's HTTP face: a request's flow and its rooms. Uses semantic/ and engine/, never the reverse."""

@@ -20,11 +20,11 @@ from engine.model_files import (
     ensure_packaged_gguf,
     resolve_generator,
 )
-from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
-from gateway.request_log import configure_logging
-from gateway.settings import Settings
-from semantic.changes import RedisClient
-from semantic.embedder_source import resolve_embedder
+from gateway.observability.request_log import configure_logging
+from gateway.runtime.embedded_store import EmbeddedStore, EmbeddedStoreError
+from gateway.runtime.settings import Settings
+from semantic.embedding.embedder_source import resolve_embedder
+from semantic.store.changes import RedisClient
 
 app = typer.Typer(help="kvgate: a semantic-cache gateway for LLM traffic.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -64,8 +64,8 @@ def serve(
             console.print(f"[red]kvgate serve:[/red] {error}")
             raise typer.Exit(code=2) from error
         return
-    from gateway.app import create_app
-    from gateway.http_server import run_http
+    from gateway.http.app import create_app
+    from gateway.http.server import run_http
 
     run_http(create_app(settings), settings)
 
@@ -116,8 +116,8 @@ def report(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's traffic.")] = None,
 ) -> None:
     """Print the hit-rate report of a running gateway (admin token from KVGATE_ADMIN_TOKEN)."""
-    from gateway.report import ReportError, default_url, fetch_stats, print_report
-    from gateway.report_html import render_html
+    from gateway.observability.report import ReportError, default_url, fetch_stats, print_report
+    from gateway.observability.report_html import render_html
 
     settings = Settings()
     source = url or default_url(settings.host, settings.port)
@@ -160,8 +160,8 @@ def _pull_missing(settings: Settings) -> None:
 
 def _export_for_onnx(settings: Settings) -> None:
     """Export the embedder and the verifier for ONNX Runtime now, so that the first `serve` starts fast."""
-    from semantic.embedder import SentenceEmbedder
-    from semantic.rule import load_rule
+    from semantic.embedding.embedder import SentenceEmbedder
+    from semantic.rule.calibrated import load_rule
 
     with console.status("exporting the embedder and the verifier for ONNX Runtime (first time only)"):
         embedder = SentenceEmbedder(

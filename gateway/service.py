@@ -1,6 +1,6 @@
 """The request flow, top to bottom: scope -> exact layer -> semantic layer -> backend -> store.
 
-    answer():   which model  ->  scope (semantic.scope)  ->  cache lookup (exact, then semantic)
+    answer():   which model  ->  scope (semantic.store.scope)  ->  cache lookup (exact, then semantic)
                 -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit)
                 -> miss: join the identical generation already in flight, or start one (bounded)
     on finish:  store the answer if it is complete and the client allowed it
@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from gateway.backend import Backend, Finished, GenerationRequest
-from gateway.breaker import CircuitBreaker
-from gateway.errors import InvalidRequest, NotFound, RateLimited
-from gateway.flight import Flight
-from gateway.ids import random_hex
-from gateway.metrics import GatewayMetrics
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
-from gateway.shadow import ShadowStats
-from gateway.stats import HitStats
+from gateway.api.errors import InvalidRequest, NotFound, RateLimited
+from gateway.api.ids import random_hex
+from gateway.api.objects import ChatCompletionRequest, CompletionRequest, Usage
+from gateway.backends.protocol import Backend, Finished, GenerationRequest
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.shadow import ShadowStats
+from gateway.observability.stats import HitStats
+from gateway.traffic.breaker import CircuitBreaker
+from gateway.traffic.coalescing import Flight
 from semantic.cache import CacheControl, Lookup, LookupKind, SemanticCache
-from semantic.scope import RequestScope, build_scope
-from semantic.store import CacheEntry
+from semantic.store.entries import CacheEntry
+from semantic.store.scope import RequestScope, build_scope
 
 logger = logging.getLogger("kvgate.service")
 

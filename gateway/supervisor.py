@@ -32,10 +32,10 @@ from types import FrameType
 from prometheus_client import multiprocess
 
 from engine.ipc import ask_blocking
-from gateway.embedded_store import EmbeddedStore, die_with_parent
-from gateway.process_plan import ENGINE_SOCKET, ProcessPlan
-from gateway.settings import Settings
-from gateway.worker_peers import ping, worker_socket
+from gateway.http.worker_peers import ping, worker_socket
+from gateway.runtime.embedded_store import EmbeddedStore, die_with_parent
+from gateway.runtime.process_plan import ENGINE_SOCKET, ProcessPlan
+from gateway.runtime.settings import Settings
 
 logger = logging.getLogger("kvgate.supervisor")
 
@@ -113,7 +113,7 @@ class Supervisor:
             "worker", self.run_dir, self.workers, store_url=store_url, host=self.host, port=self.port
         )
         if self.settings.upstream_url is None:
-            self.engine = Child("engine", "gateway.engine_process", replace(base, kind="engine"))
+            self.engine = Child("engine", "gateway.backends.engine_process", replace(base, kind="engine"))
             self._spawn(self.engine)
             self._wait_ready(self.engine, ENGINE_START_TIMEOUT_S, lambda: _engine_answers(base.engine_socket))
             if self._stopping:
@@ -123,7 +123,7 @@ class Supervisor:
         fd = self._listener.fileno()
         for index in range(self.workers):
             plan = replace(base, index=index, listen_fd=fd)
-            self.children.append(Child(f"worker {index}", "gateway.worker_process", plan))
+            self.children.append(Child(f"worker {index}", "gateway.http.worker_process", plan))
         for child in self.children:
             self._spawn(child)
         for child in self.children:

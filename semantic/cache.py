@@ -9,7 +9,7 @@
     insert:  embed unless the lookup already did (not in an unmeasured language: exact layer only)  ->  store in Redis (one entry per exact key)
              ->  index locally; other processes learn of it from the change stream
 
-The gateway builds a `RequestScope` (`semantic/scope.py`) and a `CacheControl` from the request, and
+The gateway builds a `RequestScope` (`semantic/store/scope.py`) and a `CacheControl` from the request, and
 calls `lookup`, then on a miss `insert` with the lookup's vector. Knows the store, index, embedder and
 rule through their protocols; knows nothing about HTTP or the OpenAI response shape (a response is
 an opaque string here).
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from semantic.embed_batcher import EmbedBatcher
-from semantic.embedder import Embedder, Vectors
-from semantic.index import IndexConfig, Neighbour, RebuildProgress
-from semantic.micro_batch import MicroBatcher
-from semantic.purge import PurgeSelector, purge
-from semantic.scope import RequestScope
-from semantic.store import CacheEntry, EntryStore
-from semantic.sync import IndexSync
-from semantic.verdict import HitRule, Verdict
+from semantic.embedding.embed_batcher import EmbedBatcher
+from semantic.embedding.embedder import Embedder, Vectors
+from semantic.embedding.micro_batch import MicroBatcher
+from semantic.index.sync import IndexSync
+from semantic.index.vector_index import IndexConfig, Neighbour, RebuildProgress
+from semantic.rule.verdict import HitRule, Verdict
+from semantic.store.entries import CacheEntry, EntryStore
+from semantic.store.purge import PurgeSelector, purge
+from semantic.store.scope import RequestScope
 
 
 class LookupKind(StrEnum):

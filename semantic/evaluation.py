@@ -31,14 +31,10 @@ from rich.progress import (
 from rich.table import Table
 
 from semantic.cache import CacheConfig, LookupKind, SemanticCache
-from semantic.changes import RedisClient
-from semantic.embedder import Embedder, SentenceEmbedder
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-from semantic.guards import GUARDS_BY_NAME, first_veto
-from semantic.language import pair_refusal
-from semantic.near_duplicate import near_duplicate_reason
+from semantic.embedding.embedder import Embedder, SentenceEmbedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.pair_sets import LabelledPair, file_part
-from semantic.rule import (
+from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
     MIN_LANGUAGE_PAIRS,
@@ -50,10 +46,14 @@ from semantic.rule import (
     load_rule,
     measured_languages,
 )
-from semantic.scope import build_scope
-from semantic.store import RedisEntryStore
-from semantic.verdict import PairByPair, Verdict
-from semantic.verifier import WEIGHTS_FILE, PairVerifier
+from semantic.rule.guards import GUARDS_BY_NAME, first_veto
+from semantic.rule.language import pair_refusal
+from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.rule.verdict import PairByPair, Verdict
+from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
+from semantic.store.changes import RedisClient
+from semantic.store.entries import RedisEntryStore
+from semantic.store.scope import build_scope
 
 CACHE_CONCURRENCY = 32
 

@@ -4,7 +4,7 @@ A pairs file has one `{"a": ..., "b": ..., "label": 0|1}` per line (`kind` optio
 in `../shared/data` are split into parts by a hash of each text group (texts joined by pairs, transitively),
 so that no text is in two parts and anyone re-running the split gets the same parts:
 
-- `train`: what `bench/train_verifier.py` may learn from;
+- `train`: what `training/train_verifier.py` may learn from;
 - `calibration`: what `kvgate calibrate` fits the shipped thresholds on;
 - `test`: what the figures in `docs/benchmarks.md` are measured on. Nothing is fitted or trained on it.
 

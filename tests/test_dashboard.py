@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.metrics import EngineMetrics, register_engine_metrics
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 from tests.test_deploy import COMPOSE_FILE, ROOT, SCOPE_SECRET, _compose_command

@@ -12,7 +12,7 @@ import torch
 from engine.loader import ensure_hf_folder, load_model
 from engine.model_files import resolve_generator
 from engine.runner import ModelRunner
-from gateway.settings import Settings
+from gateway.runtime.settings import Settings
 from tests.engine.llama_testing import BlockAllocator, ToySequence, run_greedy
 
 pytestmark = pytest.mark.slow

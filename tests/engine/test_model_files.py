@@ -14,7 +14,7 @@ from engine.model_files import (
     is_verified,
     resolve_generator,
 )
-from gateway.settings import Settings
+from gateway.runtime.settings import Settings
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64
 

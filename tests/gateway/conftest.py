@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.http.app import create_app
+from gateway.runtime.settings import Settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 
 ADMIN_TOKEN = "admin-secret-token"

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.backend import Finished, GenerationEvent, GenerationRequest, TextDelta
-from gateway.errors import InvalidRequest
+from gateway.api.errors import InvalidRequest
+from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
 
 MODEL = "fake-model"
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from gateway.http_server import KEEP_ALIVE_S
+from gateway.http.server import KEEP_ALIVE_S
 
 
 @contextmanager

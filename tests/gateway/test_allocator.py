@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from gateway.allocator import HeapTrimmer, limit_arenas
+from gateway.runtime.allocator import HeapTrimmer, limit_arenas
 
 on_glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim and mallopt are glibc's")
 

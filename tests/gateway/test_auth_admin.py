@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import admin, auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 

@@ -15,11 +15,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.backend import Finished, GenerationRequest
-from gateway.breaker import BreakerState, CircuitBreaker
-from gateway.errors import ServiceUnavailable, UpstreamFailed
-from gateway.upstream import UpstreamBackend
+from gateway.api.errors import ServiceUnavailable, UpstreamFailed
+from gateway.backends.protocol import Finished, GenerationRequest
+from gateway.backends.upstream import UpstreamBackend
+from gateway.http.app import create_app
+from gateway.traffic.breaker import BreakerState, CircuitBreaker
 from tests.gateway.conftest import make_settings
 from tests.gateway.live_server import serve
 

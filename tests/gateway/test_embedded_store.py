@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.embedded_store import EmbeddedStore, EmbeddedStoreError
+from gateway.runtime.embedded_store import EmbeddedStore, EmbeddedStoreError
 
 
 def _client(store: EmbeddedStore) -> redis.Redis:
@@ -46,7 +46,7 @@ def test_server_dies_with_its_parent(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from gateway.embedded_store import EmbeddedStore\n"
+        "from gateway.runtime.embedded_store import EmbeddedStore\n"
         "store = EmbeddedStore(Path(sys.argv[1])); store.start()\n"
         "print(store._process.pid, flush=True)\n"
         "time.sleep(60)\n"

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.http.app import create_app
+from gateway.runtime.settings import Settings
 from tests.gateway.fakes import ScriptedBackend
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 from tests.gateway.live_server import serve

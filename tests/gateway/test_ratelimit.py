@@ -18,7 +18,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from gateway.app import create_app
 from gateway.cli import app as cli
-from gateway.report_html import render_html
-from gateway.report_stats import SCOPE_ID_SHOWN, ScopeHits
-from gateway.stats import HitStats
+from gateway.http.app import create_app
+from gateway.observability.report_html import render_html
+from gateway.observability.report_stats import SCOPE_ID_SHOWN, ScopeHits
+from gateway.observability.stats import HitStats
 from tests.gateway.conftest import ADMIN_TOKEN, admin, auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 from tests.gateway.live_server import serve

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.request_log import CoveredRoutes, JsonFormatter, configure_logging
-from gateway.tracecontext import TraceContext, current_trace
+from gateway.http.app import create_app
+from gateway.observability.request_log import CoveredRoutes, JsonFormatter, configure_logging
+from gateway.observability.tracecontext import TraceContext, current_trace
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 

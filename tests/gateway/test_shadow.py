@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import admin, auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 
@@ -33,8 +33,8 @@ def test_semantic_hits_are_answered_by_the_backend_and_compared(tmp_path: Path) 
 
 
 def test_report_shows_shadow_results() -> None:
-    from gateway.report import shadow_line
-    from gateway.report_html import _shadow_card
+    from gateway.observability.report import shadow_line
+    from gateway.observability.report_html import _shadow_card
 
     shadow = {
         "enabled": True,

@@ -9,9 +9,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.report_stats import ScopeHits
-from gateway.shadow import ShadowStats
-from gateway.stats import RESULTS, HitStats
+from gateway.observability.report_stats import ScopeHits
+from gateway.observability.shadow import ShadowStats
+from gateway.observability.stats import RESULTS, HitStats
 
 TENANTS = ("team-a", "team-b")
 MODELS = ("m1", "m2")

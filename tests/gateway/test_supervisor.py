@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.process_plan import ProcessPlan
-from gateway.settings import Settings
+from gateway.runtime.process_plan import ProcessPlan
+from gateway.runtime.settings import Settings
 
 
 def test_a_plan_survives_its_trip_through_the_command_line() -> None:

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.app import create_app
-from gateway.request_log import JsonFormatter
-from gateway.tracecontext import parse_traceparent
-from gateway.tracing import Tracing
+from gateway.http.app import create_app
+from gateway.observability.request_log import JsonFormatter
+from gateway.observability.tracecontext import parse_traceparent
+from gateway.observability.tracing import Tracing
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 from tests.gateway.live_server import serve

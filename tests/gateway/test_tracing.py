@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.app import create_app
-from gateway.tracing import Tracing
+from gateway.http.app import create_app
+from gateway.observability.tracing import Tracing
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 

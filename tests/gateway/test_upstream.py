@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import make_settings
 from tests.gateway.live_server import serve
 

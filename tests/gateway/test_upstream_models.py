@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import make_settings
 from tests.gateway.live_server import serve
 from tests.gateway.upstream_server import upstream_process

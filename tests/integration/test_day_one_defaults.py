@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.http.app import create_app
+from gateway.runtime.settings import Settings
 from tests.gateway.live_server import serve
 from tests.integration.streams import leave_after_first_token
 

@@ -23,8 +23,8 @@ import pytest
 from fastapi import FastAPI
 
 from engine.engine import LLMEngine, RequestOutput
-from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.http.app import create_app
+from gateway.runtime.settings import Settings
 from tests.gateway.live_server import serve
 
 pytestmark = pytest.mark.slow

@@ -125,7 +125,7 @@ def test_with_the_engine_process_killed_hits_still_answer_and_misses_get_503_unt
 ) -> None:
     with cluster.pinned(0) as client:
         assert chat(client, "Name a planet.").status_code == 200
-        engine = cluster.child_pid("gateway.engine_process")
+        engine = cluster.child_pid("gateway.backends.engine_process")
         os.kill(engine, signal.SIGKILL)
         time.sleep(0.5)
         hit = chat(client, "Name a planet.")
@@ -141,7 +141,7 @@ def test_with_the_engine_process_killed_hits_still_answer_and_misses_get_503_unt
             time.sleep(0.5)
         assert answer.status_code == 200 and answer.headers["x-kvgate-cache"] == "miss"
         assert client.get("/readyz").json()["engine"] == "up"
-    assert cluster.child_pid("gateway.engine_process") != engine
+    assert cluster.child_pid("gateway.backends.engine_process") != engine
 
 
 def test_kill_9_of_the_supervisor_leaves_no_child_running(cluster: Cluster) -> None:

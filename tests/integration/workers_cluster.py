@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.worker_peers import ping, worker_socket
+from gateway.http.worker_peers import ping, worker_socket
 from tests.reliability.redis_proc import free_port
 
 ADMIN_TOKEN = "workers-admin-token"

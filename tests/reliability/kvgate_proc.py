@@ -18,9 +18,9 @@ from types import FrameType
 
 import uvicorn
 
-from gateway.app import create_app
-from gateway.http_server import KEEP_ALIVE_S
-from gateway.settings import Settings
+from gateway.http.app import create_app
+from gateway.http.server import KEEP_ALIVE_S
+from gateway.runtime.settings import Settings
 from tests.gateway.fakes import ScriptedBackend
 
 

@@ -17,7 +17,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import admin, auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 from tests.gateway.live_server import serve

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.protocol import ChatCompletionRequest
-from gateway.request_log import JsonFormatter
+from gateway.api.objects import ChatCompletionRequest
+from gateway.http.app import create_app
+from gateway.observability.request_log import JsonFormatter
 from gateway.service import CompletionCall
 from tests.gateway.conftest import ADMIN_TOKEN, admin, auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 from tests.gateway.live_server import serve

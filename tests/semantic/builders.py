@@ -8,7 +8,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from semantic.scope import RequestScope, build_scope
+from semantic.store.scope import RequestScope, build_scope
 
 REDIS_URL = os.environ.get("KVGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 EMBEDDER = "all-MiniLM-L6-v2"

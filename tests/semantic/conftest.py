@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from semantic.cache import CacheConfig, SemanticCache
-from semantic.embedder import SentenceEmbedder
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-from semantic.store import RedisEntryStore
-from semantic.threshold_rule import CosineThresholdRule
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.rule.threshold import CosineThresholdRule
+from semantic.store.entries import RedisEntryStore
 from tests.semantic.builders import REDIS_URL, delete_prefix, unique_prefix
 
 

@@ -16,12 +16,12 @@ import redis.asyncio as aioredis
 import torch
 
 from semantic.cache import SemanticCache
-from semantic.embedder import SentenceEmbedder
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-from semantic.purge import PurgeSelector
-from semantic.scope import build_scope
-from semantic.store import RedisEntryStore
-from semantic.threshold_rule import CosineThresholdRule
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.rule.threshold import CosineThresholdRule
+from semantic.store.entries import RedisEntryStore
+from semantic.store.purge import PurgeSelector
+from semantic.store.scope import build_scope
 
 
 async def serve(url: str, prefix: str) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from semantic.cache import CacheControl, LookupKind, SemanticCache
-from semantic.embedder import SentenceEmbedder
-from semantic.purge import PurgeSelector
-from semantic.scope import RequestScope
-from semantic.store import RedisEntryStore
-from semantic.verdict import Verdict
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.rule.verdict import Verdict
+from semantic.store.entries import RedisEntryStore
+from semantic.store.purge import PurgeSelector
+from semantic.store.scope import RequestScope
 from tests.semantic.builders import make_request, make_scope
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]

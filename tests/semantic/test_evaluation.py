@@ -26,8 +26,8 @@ from semantic.evaluation import (
     score_outcomes,
 )
 from semantic.pair_sets import REVIEWED_FILE, LabelledPair, file_part, load_pairs, split_pairs
-from semantic.rule import CalibratedRule, load_rule
-from semantic.verdict import Verdict
+from semantic.rule.calibrated import CalibratedRule, load_rule
+from semantic.rule.verdict import Verdict
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 

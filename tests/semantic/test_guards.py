@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from semantic.guards import (
+from semantic.rule.guards import (
     ALL_GUARDS,
     entities_differ,
     first_veto,

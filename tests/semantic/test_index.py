@@ -9,8 +9,8 @@ import faiss
 import numpy as np
 import pytest
 
-from semantic.index import IndexBuilder, IndexConfig, VectorIndex
-from semantic.scope_index import ScopeIndex
+from semantic.index.scope_index import ScopeIndex
+from semantic.index.vector_index import IndexBuilder, IndexConfig, VectorIndex
 
 DIMENSION = 16
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semantic import sync as sync_module
-from semantic.index import IndexConfig
-from semantic.scope_index import RebuildJob, ScopeIndex
-from semantic.store import RedisEntryStore
-from semantic.sync import IndexSync
+from semantic.index import sync as sync_module
+from semantic.index.scope_index import RebuildJob, ScopeIndex
+from semantic.index.sync import IndexSync
+from semantic.index.vector_index import IndexConfig
+from semantic.store.entries import RedisEntryStore
 from tests.semantic.builders import make_scope
 
 pytestmark = [pytest.mark.redis]

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from semantic.cache import LookupKind, SemanticCache
-from semantic.language import MIXED, NO_LANGUAGE, language_of, pair_refusal
-from semantic.near_duplicate import near_duplicate_reason
-from semantic.rule import Calibration, load_rule, measured_languages
-from semantic.store import RedisEntryStore
+from semantic.rule.calibrated import Calibration, load_rule, measured_languages
+from semantic.rule.language import MIXED, NO_LANGUAGE, language_of, pair_refusal
+from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.store.entries import RedisEntryStore
 from tests.semantic.builders import make_scope
 from tests.semantic.test_rule import ScriptedVerifier, make_calibration
 
@@ -59,7 +59,7 @@ def test_a_pair_is_judged_only_in_a_measured_language_and_the_same_one() -> None
 
 
 def test_the_rule_refuses_an_unmeasured_language_before_anything_runs() -> None:
-    from semantic.rule import CalibratedRule
+    from semantic.rule.calibrated import CalibratedRule
 
     verifier = ScriptedVerifier({"哪种动物寿命最短？": 0.999})
     rule = CalibratedRule(verifier, make_calibration(), 0.02)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from semantic.near_duplicate import near_duplicate_reason
+from semantic.rule.near_duplicate import near_duplicate_reason
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from semantic.embedder import SentenceEmbedder
-from semantic.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-from semantic.onnx_runtime import choose_runtime, exported
-from semantic.verifier import PairVerifier
+from semantic.embedding.embedder import SentenceEmbedder
+from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.embedding.onnx_runtime import choose_runtime, exported
+from semantic.rule.verifier import PairVerifier
 
 TEXTS = ["What is the capital city of France?", "How do I redirect HTTP to HTTPS in nginx?", "hi", "a " * 300]
 PAIRS = [

@@ -9,14 +9,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from semantic.rule import (
+from semantic.rule.calibrated import (
     CalibratedRule,
     Calibration,
     CalibrationPoint,
     calibration_path,
     fit_calibration,
 )
-from semantic.verdict import HitRule
+from semantic.rule.verdict import HitRule
 
 
 class ScriptedVerifier:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semantic.scope import RequestScope, build_scope, canonical_json
+from semantic.store.scope import RequestScope, build_scope, canonical_json
 from tests.semantic.builders import EMBEDDER, make_request, make_scope
 
 

@@ -14,9 +14,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from gateway.embedded_store import EmbeddedStore
-from semantic.purge import PurgeSelector, purge
-from semantic.store import RedisEntryStore
+from gateway.runtime.embedded_store import EmbeddedStore
+from semantic.store.entries import RedisEntryStore
+from semantic.store.purge import PurgeSelector, purge
 from tests.semantic.builders import REDIS_URL, delete_prefix, make_scope, unique_prefix
 
 pytestmark = pytest.mark.redis

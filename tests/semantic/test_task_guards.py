@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from semantic.task_guards import languages_differ, task_slots_differ
+from semantic.rule.task_guards import languages_differ, task_slots_differ
 
 
 @pytest.mark.parametrize(

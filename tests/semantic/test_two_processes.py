@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from semantic.cache import LookupKind, SemanticCache
-from semantic.scope import build_scope
+from semantic.store.scope import build_scope
 from tests.semantic.builders import REDIS_URL
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from semantic.embedder_source import packaged_model_dir
-from semantic.verifier import (
+from semantic.embedding.embedder_source import packaged_model_dir
+from semantic.rule.verifier import (
     FROZEN_PREFIX,
     WEIGHTS_FILE,
     PairVerifier,

@@ -1,0 +1,1 @@
+"""What answers a cache miss: the Backend protocol, the engine (in process or its own), an upstream server."""

@@ -1,0 +1,185 @@
+"""Reverse-proxy mode: misses go to an upstream OpenAI-compatible server over httpx.
+
+The client's body is forwarded as it came (with `stream: true` and usage requested, so the answer can be
+stored once complete); the upstream's SSE chunks become `TextDelta`s. Upstream errors keep their status and,
+where the upstream sent OpenAI's error shape, its message and type.
+
+A circuit breaker (when given) counts lost connections, timeouts and 5xx answers; while it is open, calls
+fail fast with a 503. Only a failure to connect (nothing sent yet) is retried, with jittered exponential
+back-off; once a request was sent, and above all once a stream started, it is never retried. The
+request's W3C `traceparent` is forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from gateway.api.errors import UpstreamFailed
+from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.upstream_models import UpstreamModels
+from gateway.observability.tracecontext import TRACEPARENT, current_trace
+from gateway.traffic.breaker import CircuitBreaker
+
+RETRY_BASE_S = 0.1
+
+
+class UpstreamBackend:
+    """An OpenAI-compatible server reached over HTTP."""
+
+    name = "upstream"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        models: list[str],
+        timeout_s: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        breaker: CircuitBreaker | None = None,
+        connect_retries: int = 2,
+        connect_timeout_s: float = 10.0,
+        models_refresh_s: float = 60.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            transport=transport,
+        )
+        self.models = UpstreamModels(models, models_refresh_s)
+        self._breaker = breaker
+        self._connect_retries = connect_retries
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        path = "chat/completions" if request.messages is not None else "completions"
+        body = {**request.body, "stream": True, "stream_options": {"include_usage": True}}
+        finish_reason: str | None = None
+        usage: dict[str, Any] = {}
+        if self._breaker is not None:
+            self._breaker.check()
+        try:
+            response = await self._open(path, body)
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    self._count(failed=response.status_code >= 500)
+                    raise _upstream_error(response)
+                async for data in _sse_data(response):
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise _error_from_body(chunk, 502)
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or []:
+                        text = (choice.get("delta") or {}).get("content") or choice.get("text")
+                        if text:
+                            yield TextDelta(text)
+                        finish_reason = choice.get("finish_reason") or finish_reason
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server timed out.", status_code=504, code="upstream_timeout"
+            ) from error
+        except httpx.TransportError as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
+            ) from error
+        self._count(failed=False)
+        details = usage.get("prompt_tokens_details") or {}
+        yield Finished(
+            finish_reason="length" if finish_reason == "length" else "stop",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            cached_tokens=int(details.get("cached_tokens", 0)),
+        )
+
+    async def abort(self, request_id: str) -> None:
+        # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
+        return None
+
+    async def start(self) -> None:
+        """Learn the upstream's models when no allow-list was given (and keep them fresh)."""
+        await self.models.start(self._client)
+
+    def served_models(self) -> list[str]:
+        return self.models.names()
+
+    def serves_model(self, model: str) -> bool:
+        return self.models.serves(model)
+
+    @property
+    def models_mode(self) -> str:
+        return self.models.mode.value
+
+    def max_context_tokens(self) -> int | None:
+        return None
+
+    async def close(self) -> None:
+        await self.models.stop()
+        await self._client.aclose()
+
+    async def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """Send the request; retry only when the connection could not be made (nothing was sent)."""
+        trace = current_trace.get()
+        headers = {TRACEPARENT: trace.traceparent} if trace is not None else {}
+        request = self._client.build_request("POST", path, json=body, headers=headers)
+        for attempt in range(self._connect_retries + 1):
+            try:
+                return await self._client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if attempt == self._connect_retries:
+                    raise
+                await asyncio.sleep(random.uniform(0, RETRY_BASE_S * 2**attempt))  # full jitter
+        raise AssertionError("unreachable")
+
+    def _count(self, *, failed: bool) -> None:
+        if self._breaker is None:
+            return
+        if failed:
+            self._breaker.record_failure()
+        else:
+            self._breaker.record_success()
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        if data:
+            yield data
+
+
+def _upstream_error(response: httpx.Response) -> UpstreamFailed:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return _error_from_body(body, response.status_code)
+    return UpstreamFailed(
+        f"The upstream server answered {response.status_code}.", status_code=response.status_code
+    )
+
+
+def _error_from_body(body: dict[str, Any], status_code: int) -> UpstreamFailed:
+    error = body.get("error") or {}
+    return UpstreamFailed(
+        str(error.get("message") or "The upstream server returned an error."),
+        status_code=status_code,
+        error_type=error.get("type"),
+        param=error.get("param"),
+        code=error.get("code"),
+    )

@@ -1,0 +1,1 @@
+"""The HTTP door: the app, its routes, auth, dependencies, bodies, rendering, and the workers serving it."""

@@ -1,0 +1,264 @@
+"""OpenAI-compatible routes: chat completions, legacy completions, models."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from opentelemetry.trace import Span
+from starlette.routing import Route
+
+from gateway.api.errors import KvgateError, ServiceUnavailable
+from gateway.api.objects import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
+from gateway.backends.protocol import Finished, GenerationEvent
+from gateway.http.deps import CurrentTenant, ServiceDep
+from gateway.http.rendering import SSE_DONE, Renderer, replay_pieces, sse
+from gateway.http.request_body import parse_body
+from gateway.observability.request_log import log_request
+from gateway.observability.tracing import Tracing
+from gateway.service import AnyRequest, CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
+from gateway.traffic.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
+from gateway.traffic.limits import refuse_unsupported
+from gateway.traffic.ratelimit import Admission, RateLimiter
+from gateway.traffic.tenant_policy import PRIORITY_HEADER
+
+router = APIRouter(prefix="/v1")
+JSON = "application/json"
+
+
+# The completion routes are where cache hits are served, so they run without FastAPI's per-request machinery
+# (dependency resolution, body and header parameters, the included routers' matching: a quarter of an
+# exact hit's CPU). `served_routes()` are plain Starlette routes placed first in the app; the two APIRoutes
+# below declare the same operations for the OpenAPI schema and the docs, and are never reached by a POST.
+@router.post("/chat/completions")
+async def chat_completions(request: ChatCompletionRequest, tenant: CurrentTenant, http: Request) -> Response:
+    """Create a chat completion (JSON or SSE), from the cache when it can. Headers: `Cache-Control`,
+    `x-kvgate-semantic-strictness`, `x-kvgate-tags`, `x-kvgate-priority`."""
+    return await _complete(request, tenant.name, http)
+
+
+@router.post("/completions")
+async def completions(request: CompletionRequest, tenant: CurrentTenant, http: Request) -> Response:
+    """Create a legacy text completion (JSON or SSE), from the cache when it can (same headers as chat)."""
+    return await _complete(request, tenant.name, http)
+
+
+def served_routes() -> list[Route]:
+    """The completion routes as requests meet them: the caller first (a bad key is refused before the body
+    is read), then the body, then the same `_complete` as the APIRoutes."""
+
+    def endpoint(model: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
+        async def serve(http: Request) -> Response:
+            tenant = http.app.state.keys.tenant_for(http.headers.get("authorization"))
+            return await _complete(await parse_body(http, model), tenant.name, http)
+
+        return serve
+
+    return [
+        Route("/v1/chat/completions", endpoint(ChatCompletionRequest), methods=["POST"]),
+        Route("/v1/completions", endpoint(CompletionRequest), methods=["POST"]),
+    ]
+
+
+@router.get("/models")
+async def models(service: ServiceDep, tenant: CurrentTenant) -> ModelList:
+    """List the models this gateway answers to."""
+    created = int(service.stats.started)
+    return ModelList(data=[ModelCard(id=name, created=created) for name in service.backend.served_models()])
+
+
+async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response:
+    state = http.app.state
+    service: CompletionService = state.service
+    limiter: RateLimiter = state.limiter
+    tracing: Tracing = state.tracing
+    headers = http.headers
+    with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
+        started = time.perf_counter()
+        refuse_unsupported(request)
+        admission = Admission(limiter, tenant, limiter.estimate_tokens(request))
+        if limiter.count_hits:
+            await admission()
+        call = CompletionCall(
+            request,
+            tenant,
+            parse_cache_control(headers.get("cache-control"), headers.get(STRICTNESS_HEADER)),
+            parse_tags(headers.get(TAGS_HEADER)),
+            priority=limiter.policy.priority_for(tenant, headers.get(PRIORITY_HEADER)),
+            admit=None if limiter.count_hits else admission,
+        )
+        answer = await service.answer(call)
+        reply_headers = _cache_headers(answer) | {"x-request-id": call.request_id} | await admission.headers()
+        response = await _respond(request, answer, reply_headers)
+        route = "chat" if isinstance(request, ChatCompletionRequest) else "completions"
+        cache = reply_headers["x-kvgate-cache"]
+        service.metrics.request_seconds.labels(route, cache).observe(time.perf_counter() - started)
+        _log(service, call, answer, route, cache, response.status_code, started)
+        _annotate(span, answer, cache)
+        return response
+
+
+def _operation(request: AnyRequest) -> str:
+    return "chat" if isinstance(request, ChatCompletionRequest) else "text_completion"
+
+
+def _span_request(request: AnyRequest) -> dict[str, Any]:
+    return {
+        "max_tokens": request.max_new_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "seed": request.seed,
+    }
+
+
+def _annotate(span: Span, answer: CachedAnswer | LiveAnswer, cache: str) -> None:
+    """GenAI usage attributes (when known by now) and the cache result on the request's span."""
+    span.set_attribute("kvgate.cache.result", cache)
+    if answer.lookup is not None and answer.lookup.similarity is not None:
+        span.set_attribute("kvgate.cache.similarity", answer.lookup.similarity)
+    if isinstance(answer, CachedAnswer):
+        usage = (answer.answer.prompt_tokens, answer.answer.completion_tokens, answer.answer.finish_reason)
+    else:
+        finished = answer.flight.finished
+        if finished is None:
+            return  # a live stream: usage is not known when the headers go out
+        usage = (finished.prompt_tokens, finished.completion_tokens, finished.finish_reason)
+    span.set_attribute("gen_ai.usage.input_tokens", usage[0])
+    span.set_attribute("gen_ai.usage.output_tokens", usage[1])
+    span.set_attribute("gen_ai.response.finish_reasons", [usage[2]])
+
+
+def _log(
+    service: CompletionService,
+    call: CompletionCall,
+    answer: CachedAnswer | LiveAnswer,
+    route: str,
+    cache: str,
+    status: int,
+    started: float,
+) -> None:
+    """One structured line per request; tokens are known unless a live stream is still running."""
+    lookup = answer.lookup
+    if isinstance(answer, CachedAnswer):
+        tokens: tuple[int | None, int | None] = (answer.answer.prompt_tokens, answer.answer.completion_tokens)
+    else:
+        finished = answer.flight.finished
+        tokens = (finished.prompt_tokens, finished.completion_tokens) if finished else (None, None)
+    log_request(
+        request_id=call.request_id,
+        route=route,
+        tenant=call.tenant,
+        model=call.request.model,
+        cache=cache,
+        status=status,
+        started=started,
+        similarity=lookup.similarity if lookup is not None else None,
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        prompt=service.prompt_for_log(call),
+    )
+
+
+async def _respond(
+    request: AnyRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
+) -> Response:
+    renderer = Renderer(chat=isinstance(request, ChatCompletionRequest), model=request.model)
+    if isinstance(answer, CachedAnswer):
+        if request.stream:
+            return _sse_response(_replay(renderer, answer, request.include_usage_in_stream), headers)
+        stored = answer.answer
+        body = renderer.whole(stored.text, _finish(stored.finish_reason), stored.usage())
+        return Response(body, media_type=JSON, headers=headers)
+    events = answer.flight.follow()
+    if request.stream:
+        first = await _first_event(events)  # errors before the first token are plain HTTP errors
+        return _sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
+    text: list[str] = []
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, Finished):
+                body = renderer.whole("".join(text), event.finish_reason, usage_of(event))
+                return Response(body, media_type=JSON, headers=headers)
+            text.append(event.text)
+    raise ServiceUnavailable("The generation ended without finishing.")
+
+
+def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
+    if isinstance(answer, LiveAnswer):
+        headers = {"x-kvgate-cache": answer.result.replace("_", "-")}
+        if answer.shadowed:
+            headers["x-kvgate-shadow"] = "semantic-hit"
+        return headers
+    lookup = answer.lookup
+    headers = {"x-kvgate-cache": lookup.kind.value.replace("_", "-")}
+    if lookup.entry is not None:
+        headers["x-kvgate-entry-id"] = lookup.entry.entry_id
+    if lookup.kind.value == "semantic_hit" and lookup.similarity is not None:
+        headers["x-kvgate-similarity"] = f"{lookup.similarity:.4f}"
+    return headers
+
+
+async def _first_event(events: AsyncGenerator[GenerationEvent, None]) -> GenerationEvent:
+    try:
+        return await anext(events)
+    except StopAsyncIteration as ended:
+        await events.aclose()
+        raise ServiceUnavailable("The generation ended without output.") from ended
+    except BaseException:
+        await events.aclose()
+        raise
+
+
+async def _live(
+    renderer: Renderer,
+    first: GenerationEvent,
+    events: AsyncGenerator[GenerationEvent, None],
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    opening = renderer.opening_chunk()
+    if opening:
+        yield opening
+    async with contextlib.aclosing(events):
+        event: GenerationEvent | None = first
+        try:
+            while event is not None:
+                if isinstance(event, Finished):
+                    yield renderer.finish_chunk(event.finish_reason)
+                    if include_usage:
+                        yield renderer.usage_chunk(usage_of(event))
+                    break
+                if event.text:
+                    yield renderer.text_chunk(event.text)
+                event = await anext(events, None)
+        except KvgateError as error:
+            yield sse(error.body())
+        except Exception:
+            yield sse(ServiceUnavailable("The generation failed.").body())
+    yield SSE_DONE
+
+
+async def _replay(renderer: Renderer, answer: CachedAnswer, include_usage: bool) -> AsyncIterator[str]:
+    stored = answer.answer
+    opening = renderer.opening_chunk()
+    if opening:
+        yield opening
+    for piece in replay_pieces(stored.text):
+        yield renderer.text_chunk(piece)
+    yield renderer.finish_chunk(_finish(stored.finish_reason))
+    if include_usage:
+        yield renderer.usage_chunk(stored.usage())
+    yield SSE_DONE
+
+
+def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"}
+    )
+
+
+def _finish(reason: str) -> FinishReason:
+    return "length" if reason == "length" else "stop"

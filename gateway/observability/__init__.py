@@ -1,0 +1,1 @@
+"""What kvgate tells operators: metrics, tracing, trace context, request logs, stats, reports, shadow mode."""

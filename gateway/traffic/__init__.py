@@ -1,0 +1,1 @@
+"""Traffic control: rate limits, coalescing, breakers, refusals, per-request controls, tenant limits."""

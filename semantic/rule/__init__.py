@@ -1,0 +1,1 @@
+"""The decision rule: may a stored answer serve this prompt (guards, near-duplicates, verifier, calibration)."""

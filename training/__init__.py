@@ -1,0 +1,1 @@
+"""The verifier's training: its trainer, the minimal-pair generator, their recipes (README.md)."""
