@@ -3,7 +3,9 @@
     answer():   which model  ->  scope (semantic.store.scope)  ->  cache lookup (exact, then semantic)
                 -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit)
                 -> miss: join the identical generation already in flight, or start one (bounded)
-    on finish:  store the answer if it is complete and the client allowed it
+    on finish:  store the answer if it is complete and the client allowed it: the whole object the backend
+                sent (`StoredAnswer`), never an error, a refusal or a content-filtered answer; an answer that
+                is not plain text (tool calls, logprobs, several choices) serves the same request only
 
 A store that is down never fails a request: the cache fails open to the backend, logging once a minute.
 """
@@ -16,13 +18,31 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import RedisError
 
+from gateway.api.chunks import (
+    accumulate_chat,
+    accumulate_text,
+    answer_text,
+    finish_reasons,
+    plain_text,
+    refused,
+    whole_from_text,
+)
 from gateway.api.errors import InvalidRequest, NotFound, RateLimited
 from gateway.api.ids import random_hex
 from gateway.api.objects import ChatCompletionRequest, CompletionRequest, Usage
-from gateway.backends.protocol import Backend, Finished, GenerationRequest
+from gateway.backends.protocol import (
+    Backend,
+    Chunk,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    TextDelta,
+    Whole,
+)
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.shadow import ShadowStats
 from gateway.observability.stats import HitStats
@@ -35,6 +55,8 @@ from semantic.store.scope import RequestScope, build_scope
 logger = logging.getLogger("kvgate.service")
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
+# The stored answer's format: 2 is the whole response object (the first held its text only).
+STORED_FORMAT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,39 +75,56 @@ class CompletionCall:
 
 @dataclass(frozen=True, slots=True)
 class StoredAnswer:
-    """What the cache keeps for a request: enough to replay it faithfully, nothing request-specific."""
+    """What the cache keeps for a request: the whole response object as the backend sent it (`whole`), and
+    what the hit-rate figures need. `id` and `created` are replaced on every replay.
 
-    text: str
-    finish_reason: str
+    Entries stored before whole objects were (`{"text", "finish_reason", ...}`) are read as the one-choice
+    object kvgate rendered for them."""
+
+    whole: dict[str, Any]
     prompt_tokens: int
     completion_tokens: int
     generation_s: float
 
+    @property
+    def finish_reason(self) -> str:
+        reasons = finish_reasons(self.whole)
+        return reasons[0] if reasons else "stop"
+
+    @property
+    def text(self) -> str:
+        return answer_text(self.whole)
+
     def to_json(self) -> str:
         return json.dumps(
             {
-                "text": self.text,
-                "finish_reason": self.finish_reason,
+                "v": STORED_FORMAT,
+                "whole": self.whole,
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "generation_s": round(self.generation_s, 4),
-            }
+            },
+            separators=(",", ":"),
         )
 
     @classmethod
-    def from_json(cls, raw: str) -> StoredAnswer:
+    def from_json(cls, raw: str, *, chat: bool, model: str) -> StoredAnswer:
         data = json.loads(raw)
-        return cls(
-            str(data["text"]),
-            str(data["finish_reason"]),
-            int(data["prompt_tokens"]),
-            int(data["completion_tokens"]),
-            float(data.get("generation_s", 0.0)),
-        )
-
-    def usage(self) -> Usage:
-        """On a hit the whole prompt was served from cache, so all of it counts as cached."""
-        return _usage(self.prompt_tokens, self.completion_tokens, cached=self.prompt_tokens)
+        prompt_tokens, completion_tokens = int(data["prompt_tokens"]), int(data["completion_tokens"])
+        if data.get("v") == STORED_FORMAT:
+            whole = dict(data["whole"])
+        else:  # the first format: the text and its finish reason
+            usage = _usage(prompt_tokens, completion_tokens, cached=prompt_tokens).model_dump()
+            whole = whole_from_text(
+                chat=chat,
+                model=model,
+                text=str(data["text"]),
+                finish_reason=str(data["finish_reason"]),
+                usage=usage,
+                response_id="",
+                created=0,
+            )
+        return cls(whole, prompt_tokens, completion_tokens, float(data.get("generation_s", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +192,9 @@ class CompletionService:
                 self.shadow.record_candidate()  # counted and compared, never served
                 shadowed = lookup.entry
             else:
-                stored = StoredAnswer.from_json(lookup.entry.response)
+                stored = StoredAnswer.from_json(
+                    lookup.entry.response, chat=scope.endpoint == "chat", model=call.request.model
+                )
                 if lookup.kind is LookupKind.SEMANTIC_HIT and not call.control.no_store:
                     await self._remember(scope, lookup.entry)
                 self._record(call, scope, lookup, lookup.kind.value, stored)
@@ -163,10 +204,16 @@ class CompletionService:
         result = LookupKind.BYPASS.value if call.control.bypass else LookupKind.MISS.value
         self._record(call, scope, lookup, result, None)
         coalesce = not call.control.bypass and not call.control.no_store
-        flight = self._flights.get(scope.exact_key) if coalesce else None
+        flight = self._flights.get(self._flight_key(call, scope)) if coalesce else None
         if flight is None:
             flight = self._launch(call, scope, lookup, coalesce, shadowed)
         return LiveAnswer(flight, result, lookup, shadowed is not None)
+
+    def _flight_key(self, call: CompletionCall, scope: RequestScope) -> str:
+        """Identical requests share one generation; from an upstream, a stream and a JSON answer are two."""
+        if self.backend.passes_through and call.request.stream:
+            return scope.exact_key + ":stream"
+        return scope.exact_key
 
     def scope_of(self, call: CompletionCall) -> RequestScope:
         body = call.request.model_dump(exclude_unset=True)
@@ -229,21 +276,25 @@ class CompletionService:
         self._pending += 1
         self.metrics.pending.set(self._pending)
 
+        chat = scope.endpoint == "chat"
+        key = self._flight_key(call, scope)
+
         async def before_finish(flight: Flight, finished: Finished) -> None:
+            whole = whole_of(flight.events, finished, chat=chat, model=call.request.model)
             if shadowed is not None:
-                cached = StoredAnswer.from_json(shadowed.response).text
-                self.shadow.record_comparison(cached, flight.text, call.request_id, shadowed.entry_id)
-            await self._store(call, scope, lookup, flight.text, finished, flight.duration_s)
+                cached = StoredAnswer.from_json(shadowed.response, chat=chat, model=call.request.model).text
+                self.shadow.record_comparison(cached, answer_text(whole), call.request_id, shadowed.entry_id)
+            await self._store(call, scope, lookup, whole, finished, flight.duration_s)
 
         async def on_done(flight: Flight) -> None:
             self._pending -= 1
             self.metrics.pending.set(self._pending)
-            if self._flights.get(scope.exact_key) is flight:
-                del self._flights[scope.exact_key]
+            if self._flights.get(key) is flight:
+                del self._flights[key]
 
         flight = Flight(self.backend, generation_request(call), before_finish, on_done)
         if coalesce:
-            self._flights[scope.exact_key] = flight
+            self._flights[key] = flight
         return flight
 
     async def _lookup(self, scope: RequestScope, control: CacheControl) -> Lookup | None:
@@ -272,22 +323,24 @@ class CompletionService:
         call: CompletionCall,
         scope: RequestScope,
         lookup: Lookup | None,
-        text: str,
+        whole: dict[str, Any],
         finished: Finished,
         generation_s: float,
     ) -> None:
-        if call.control.no_store or (finished.finish_reason == "length" and not self.store_truncated):
+        if call.control.no_store or not storable(whole, self.store_truncated):
             return
-        if len(text.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
+        stored = StoredAnswer(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
+        raw = stored.to_json()
+        if len(raw.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
             return
-        stored = StoredAnswer(
-            text, finished.finish_reason, finished.prompt_tokens, finished.completion_tokens, generation_s
-        )
         vector = lookup.vector if lookup is not None else None
+        exact_only = None if plain_text(whole) else "the answer is not plain text"
         if self.store_breaker is not None and not self.store_breaker.allow():
             return
         try:
-            await self.cache.insert(scope, stored.to_json(), call.control, tags=call.tags, vector=vector)
+            await self.cache.insert(
+                scope, raw, call.control, tags=call.tags, vector=vector, exact_only=exact_only
+            )
             self._store_ok()
         except (RedisError, OSError) as error:
             self._store_failed("insert", error)
@@ -311,6 +364,39 @@ class CompletionService:
             )
 
 
+def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
+    """May this answer be replayed to the next identical request? Never a refusal (it reaches the client as
+    sent, and the next request asks again: a refusal often follows moderation that changes, and a stored one
+    would answer every identical request until it expires), nor an answer a content filter cut or that has
+    no choice; a `length` cut only when `store_truncated`."""
+    reasons = finish_reasons(whole)
+    if not reasons or refused(whole) or "content_filter" in reasons or "None" in reasons:
+        return False
+    return store_truncated or "length" not in reasons
+
+
+def whole_of(events: list[GenerationEvent], finished: Finished, *, chat: bool, model: str) -> dict[str, Any]:
+    """The whole response object of a finished generation: the upstream's own object, its chunks folded as
+    the SDK folds them, or the engine's text as kvgate renders it."""
+    for event in events:
+        if isinstance(event, Whole):
+            return event.payload
+    chunks = [event.payload for event in events if isinstance(event, Chunk)]
+    if chunks:
+        return accumulate_chat(chunks) if chat else accumulate_text(chunks)
+    text = "".join(event.text for event in events if isinstance(event, TextDelta))
+    prefix = "chatcmpl-" if chat else "cmpl-"
+    return whole_from_text(
+        chat=chat,
+        model=model,
+        text=text,
+        finish_reason=finished.finish_reason,
+        usage=usage_of(finished).model_dump(),
+        response_id=prefix + random_hex(12),
+        created=int(time.time()),
+    )
+
+
 def generation_request(call: CompletionCall) -> GenerationRequest:
     request = call.request
     messages = None
@@ -332,6 +418,7 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         stop=request.stop_strings,
         priority=call.priority,
         body=request.model_dump(exclude_unset=True),
+        stream=request.stream,
     )
 
 

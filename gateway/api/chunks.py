@@ -12,7 +12,7 @@ folds back into the stored object. Knows dicts only: no HTTP, no cache.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 # A stored text is replayed in pieces of about this many characters, cut at spaces.
@@ -25,7 +25,7 @@ _CHUNK_FIELDS = ("system_fingerprint", "service_tier")
 Payload = dict[str, Any]
 
 
-def accumulate_chat(chunks: list[Mapping[str, Any]]) -> Payload:
+def accumulate_chat(chunks: Sequence[Mapping[str, Any]]) -> Payload:
     """The `chat.completion` a stream of `chat.completion.chunk`s adds up to."""
     whole: Payload = {}
     choices: dict[int, Payload] = {}
@@ -50,7 +50,7 @@ def accumulate_chat(chunks: list[Mapping[str, Any]]) -> Payload:
     return whole
 
 
-def accumulate_text(chunks: list[Mapping[str, Any]]) -> Payload:
+def accumulate_text(chunks: Sequence[Mapping[str, Any]]) -> Payload:
     """The `text_completion` a stream of legacy completion chunks adds up to."""
     whole: Payload = {}
     choices: dict[int, Payload] = {}
@@ -121,9 +121,10 @@ def chat_chunks(whole: Mapping[str, Any], include_usage: bool) -> Iterator[Paylo
         index = choice.get("index", 0)
         message = dict(choice.get("message") or {})
         logprobs = choice.get("logprobs") or {}
-        yield chunk(
-            {"index": index, "delta": {"role": message.pop("role", "assistant")}, "finish_reason": None}
-        )
+        opening: Payload = {"role": message.pop("role", "assistant")}
+        if isinstance(message.get("content"), str):
+            opening["content"] = ""  # as OpenAI's first chunk carries it
+        yield chunk({"index": index, "delta": opening, "finish_reason": None})
         for field in _STREAMED_TEXT:
             text = message.pop(field, None)
             if isinstance(text, str):
@@ -136,10 +137,10 @@ def chat_chunks(whole: Mapping[str, Any], include_usage: bool) -> Iterator[Paylo
         for position, call in enumerate(message.pop("tool_calls", None) or []):
             function = dict(call.get("function") or {})
             arguments = function.pop("arguments", "")
-            opening = {key: value for key, value in call.items() if key != "function"}
-            opening["index"] = position
-            opening["function"] = {**function, "arguments": ""}
-            yield chunk({"index": index, "delta": {"tool_calls": [opening]}, "finish_reason": None})
+            call_opening = {key: value for key, value in call.items() if key != "function"}
+            call_opening["index"] = position
+            call_opening["function"] = {**function, "arguments": ""}
+            yield chunk({"index": index, "delta": {"tool_calls": [call_opening]}, "finish_reason": None})
             for piece in replay_pieces(arguments or ""):
                 tool_delta = {"index": position, "function": {"arguments": piece}}
                 yield chunk({"index": index, "delta": {"tool_calls": [tool_delta]}, "finish_reason": None})
@@ -247,3 +248,53 @@ def _finished_choice(snapshot: Payload) -> Payload:
     return {"index": snapshot["index"], "message": message, "logprobs": None, "finish_reason": None} | {
         name: value for name, value in snapshot.items() if name not in ("index", "message")
     }
+
+
+def whole_from_text(
+    *,
+    chat: bool,
+    model: str,
+    text: str,
+    finish_reason: str,
+    usage: Mapping[str, Any],
+    response_id: str,
+    created: int,
+) -> Payload:
+    """The whole object for an answer known only as text (the engine's, or an entry stored before whole objects
+    were): one choice, as kvgate's own routes have always rendered it."""
+    if chat:
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": dict(usage),
+            "system_fingerprint": None,
+        }
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}],
+        "usage": dict(usage),
+    }
+
+
+def answer_text(whole: Mapping[str, Any]) -> str:
+    """The first choice's text (chat content or completion text), '' when it has none."""
+    choices = whole.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    if "text" in choice:
+        return str(choice.get("text") or "")
+    return str((choice.get("message") or {}).get("content") or "")

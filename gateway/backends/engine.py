@@ -40,6 +40,7 @@ class EngineBackend:
     """Misses answered by kvgate's own paged-KV engine."""
 
     name = "engine"
+    passes_through = False
     models_mode = "engine"
 
     def __init__(

@@ -1,16 +1,19 @@
 """What answers a cache miss: the in-process engine or an upstream server, behind one protocol.
 
-A backend turns a `GenerationRequest` into a stream of `TextDelta`s that ends with one `Finished`.
-The service never knows which backend it is talking to.
+A backend turns a `GenerationRequest` into a stream of events that ends with one `Finished`: the engine
+yields `TextDelta`s; an upstream yields what it sent, the `Chunk`s of a stream or one `Whole` object, so
+that nothing of its answer is lost on the way to the client or the cache. The service never knows which
+backend it is talking to.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-FinishReason = Literal["stop", "length"]
+# As the backend sent it: "stop", "length", "tool_calls", "content_filter", ...
+FinishReason = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +33,27 @@ class GenerationRequest:
     priority: int = 0
     body: dict[str, Any] = field(default_factory=dict)
     """The client's original JSON body, for a backend that passes requests through unchanged."""
+    stream: bool = False
+    """The client asked for a stream: an upstream is asked for one too, and otherwise for one JSON object."""
 
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of an upstream's stream, as it sent it."""
+
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """An upstream's whole JSON answer, as it sent it."""
+
+    payload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +64,16 @@ class Finished:
     cached_tokens: int = 0
 
 
-GenerationEvent = TextDelta | Finished
+GenerationEvent = TextDelta | Chunk | Whole | Finished
 
 
 class Backend(Protocol):
     """The engine or upstream as the gateway sees it."""
 
     name: str
+    passes_through: bool
+    """Requests go on as the client sent them (an upstream decides what it serves); False: kvgate refuses
+    up front what the backend cannot honour (`gateway/traffic/limits.py`)."""
 
     @property
     def models_mode(self) -> str:

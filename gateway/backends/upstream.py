@@ -1,8 +1,10 @@
 """Reverse-proxy mode: misses go to an upstream OpenAI-compatible server over httpx.
 
-The client's body is forwarded as it came (with `stream: true` and usage requested, so the answer can be
-stored once complete); the upstream's SSE chunks become `TextDelta`s. Upstream errors keep their status and,
-where the upstream sent OpenAI's error shape, its message and type.
+The client's body is forwarded as it came, unknown fields included: a JSON request gets the upstream's JSON
+object (`Whole`), a stream the upstream's chunks (`Chunk`) as they arrive, with usage requested so the
+answer can be accounted and stored once complete. Nothing is rebuilt from text: tool calls, refusals,
+reasoning, logprobs and every other field reach the client and the cache as sent. Upstream errors keep
+their status and, where the upstream sent OpenAI's error shape, its message and type.
 
 A circuit breaker (when given) counts lost connections, timeouts and 5xx answers; while it is open, calls
 fail fast with a 503. Only a failure to connect (nothing sent yet) is retried, with jittered exponential
@@ -21,7 +23,7 @@ from typing import Any
 import httpx
 
 from gateway.api.errors import UpstreamFailed
-from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, Whole
 from gateway.backends.upstream_models import UpstreamModels
 from gateway.observability.tracecontext import TRACEPARENT, current_trace
 from gateway.traffic.breaker import CircuitBreaker
@@ -33,6 +35,7 @@ class UpstreamBackend:
     """An OpenAI-compatible server reached over HTTP."""
 
     name = "upstream"
+    passes_through = True
 
     def __init__(
         self,
@@ -60,7 +63,10 @@ class UpstreamBackend:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         path = "chat/completions" if request.messages is not None else "completions"
-        body = {**request.body, "stream": True, "stream_options": {"include_usage": True}}
+        body = dict(request.body)
+        if request.stream:
+            body["stream"] = True
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         finish_reason: str | None = None
         usage: dict[str, Any] = {}
         if self._breaker is not None:
@@ -72,16 +78,21 @@ class UpstreamBackend:
                     await response.aread()
                     self._count(failed=response.status_code >= 500)
                     raise _upstream_error(response)
-                async for data in _sse_data(response):
-                    chunk = json.loads(data)
-                    if "error" in chunk:
-                        raise _error_from_body(chunk, 502)
-                    usage = chunk.get("usage") or usage
-                    for choice in chunk.get("choices") or []:
-                        text = (choice.get("delta") or {}).get("content") or choice.get("text")
-                        if text:
-                            yield TextDelta(text)
-                        finish_reason = choice.get("finish_reason") or finish_reason
+                if request.stream:
+                    async for data in _sse_data(response):
+                        chunk = json.loads(data)
+                        if "error" in chunk:
+                            raise _error_from_body(chunk, 502)
+                        usage = chunk.get("usage") or usage
+                        finish_reason = _finish_reason(chunk) or finish_reason
+                        yield Chunk(chunk)
+                else:
+                    whole = json.loads(await response.aread())
+                    if not isinstance(whole, dict):
+                        raise UpstreamFailed("The upstream server sent no JSON object.", status_code=502)
+                    usage = whole.get("usage") or {}
+                    finish_reason = _finish_reason(whole)
+                    yield Whole(whole)
             finally:
                 await response.aclose()
         except httpx.TimeoutException as error:
@@ -94,13 +105,16 @@ class UpstreamBackend:
             raise UpstreamFailed(
                 "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
             ) from error
+        except ValueError as error:  # a body that is not JSON
+            self._count(failed=True)
+            raise UpstreamFailed("The upstream server sent a malformed answer.", status_code=502) from error
         self._count(failed=False)
         details = usage.get("prompt_tokens_details") or {}
         yield Finished(
-            finish_reason="length" if finish_reason == "length" else "stop",
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            cached_tokens=int(details.get("cached_tokens", 0)),
+            finish_reason=finish_reason or "stop",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
         )
 
     async def abort(self, request_id: str) -> None:
@@ -160,6 +174,14 @@ async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
             return
         if data:
             yield data
+
+
+def _finish_reason(payload: dict[str, Any]) -> str | None:
+    """The first choice's finish reason, as sent (None until a choice has one)."""
+    for choice in payload.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("finish_reason"):
+            return str(choice["finish_reason"])
+    return None
 
 
 def _upstream_error(response: httpx.Response) -> UpstreamFailed:

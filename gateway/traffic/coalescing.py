@@ -54,10 +54,6 @@ class Flight:
         last = self.events[-1] if self.events else None
         return last if isinstance(last, Finished) else None
 
-    @property
-    def text(self) -> str:
-        return "".join(event.text for event in self.events if not isinstance(event, Finished))
-
     async def follow(self) -> AsyncGenerator[GenerationEvent, None]:
         """Every event from the start, then live ones; re-raises the generation's error."""
         self._subscribers += 1

@@ -22,6 +22,7 @@ class ScriptedBackend:
     name: str = "scripted"
     keep_calls: bool = True
     models_mode: str = "engine"
+    passes_through: bool = False
     calls: list[GenerationRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     active: set[str] = field(default_factory=set)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
 from gateway.api.errors import ServiceUnavailable, UpstreamFailed
@@ -22,6 +20,7 @@ from gateway.http.app import create_app
 from gateway.traffic.breaker import BreakerState, CircuitBreaker
 from tests.gateway.conftest import make_settings
 from tests.gateway.live_server import serve
+from tests.gateway.openai_upstream import reply, text_whole
 
 MODEL = "upstream-llm"
 
@@ -80,12 +79,7 @@ def make_flaky_upstream(mode: dict[str, str], calls: list[str]) -> FastAPI:
         if mode["now"] == "stall":
             await asyncio.sleep(3.0)
 
-        async def chunks() -> AsyncIterator[str]:
-            delta = {"choices": [{"index": 0, "delta": {"content": "fine"}, "finish_reason": "stop"}]}
-            usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
-            yield f"data: {json.dumps(delta)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
-
-        return StreamingResponse(chunks(), media_type="text/event-stream")
+        return reply(await request.json(), text_whole(MODEL, "fine", 3, 1), chat=True)
 
     return upstream
 
@@ -136,7 +130,9 @@ def test_breaker_opens_sheds_fast_half_opens_and_closes(tmp_path: Path) -> None:
 
 def generation(text: str = "hi") -> GenerationRequest:
     body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
-    return GenerationRequest("r1", "t", MODEL, body["messages"], None, 8, 0.0, 1.0, None, [], body=body)  # type: ignore[arg-type]
+    return GenerationRequest(
+        "r1", "t", MODEL, body["messages"], None, 8, 0.0, 1.0, None, [], body=body, stream=True
+    )  # type: ignore[arg-type]
 
 
 async def drain(backend: UpstreamBackend) -> list[Any]:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway.http.app import create_app
 from tests.gateway.conftest import make_settings
 from tests.gateway.live_server import serve
+from tests.gateway.openai_upstream import reply, text_whole
 
 UPSTREAM_MODEL = "upstream-llm"
 
@@ -38,16 +38,7 @@ def make_upstream(seen: list[dict[str, Any]]) -> FastAPI:
             }
             return JSONResponse({"error": error}, status_code=429)
 
-        async def chunks() -> AsyncIterator[str]:
-            for piece in ["upstream ", "says: ", question]:
-                delta = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                yield f"data: {json.dumps(delta)}\n\n"
-            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-            yield f"data: {json.dumps(done)}\n\n"
-            usage = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
-            yield f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
-
-        return StreamingResponse(chunks(), media_type="text/event-stream")
+        return reply(body, text_whole(body["model"], f"upstream says: {question}"), chat=True)
 
     return upstream
 
@@ -82,7 +73,7 @@ def test_misses_go_upstream_and_are_stored(client: openai.OpenAI, seen: list[dic
     assert first.headers["x-kvgate-cache"] == "miss"
     assert first.parse().choices[0].message.content == "upstream says: What is kvgate?"
     assert first.parse().usage.prompt_tokens == 7
-    assert seen[-1]["stream"] is True and seen[-1]["model"] == UPSTREAM_MODEL
+    assert "stream" not in seen[-1] and seen[-1]["model"] == UPSTREAM_MODEL  # the body as the client sent it
 
     calls = len(seen)
     stream = client.chat.completions.create(

@@ -7,19 +7,19 @@ test can watch kvgate refresh. An unknown model gets the upstream's own 404 in O
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
+from tests.gateway.openai_upstream import reply, text_whole
 from tests.reliability.redis_proc import free_port
 
 
@@ -57,15 +57,7 @@ def build_upstream() -> FastAPI:
             return JSONResponse({"error": error}, status_code=404)
         question = body["messages"][-1]["content"]
 
-        async def chunks() -> AsyncIterator[str]:
-            for piece in [f"{body['model']} ", "says: ", question]:
-                delta = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                yield f"data: {json.dumps(delta)}\n\n"
-            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-            usage = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
-            yield f"data: {json.dumps(done)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
-
-        return StreamingResponse(chunks(), media_type="text/event-stream")
+        return reply(body, text_whole(body["model"], f"{body['model']} says: {question}"), chat=True)
 
     return app
 

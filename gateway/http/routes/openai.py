@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -12,11 +13,12 @@ from fastapi.responses import StreamingResponse
 from opentelemetry.trace import Span
 from starlette.routing import Route
 
+from gateway.api.chunks import chat_chunks, text_chunks
 from gateway.api.errors import KvgateError, ServiceUnavailable
 from gateway.api.objects import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
-from gateway.backends.protocol import Finished, GenerationEvent
+from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
 from gateway.http.deps import CurrentTenant, ServiceDep
-from gateway.http.rendering import SSE_DONE, Renderer, replay_pieces, sse
+from gateway.http.rendering import SSE_DONE, Renderer, sse
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.observability.tracing import Tracing
@@ -79,7 +81,8 @@ async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response
     headers = http.headers
     with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
         started = time.perf_counter()
-        refuse_unsupported(request)
+        if not service.backend.passes_through:  # an upstream decides for itself what it serves
+            refuse_unsupported(request)
         admission = Admission(limiter, tenant, limiter.estimate_tokens(request))
         if limiter.count_hits:
             await admission()
@@ -166,24 +169,32 @@ def _log(
 async def _respond(
     request: AnyRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
 ) -> Response:
-    renderer = Renderer(chat=isinstance(request, ChatCompletionRequest), model=request.model)
+    chat = isinstance(request, ChatCompletionRequest)
+    renderer = Renderer(chat=chat, model=request.model)
     if isinstance(answer, CachedAnswer):
+        # The stored object as the backend sent it; only what is per response is new.
+        replayed = answer.answer.whole | {"id": renderer.id, "created": renderer.created}
         if request.stream:
-            return _sse_response(_replay(renderer, answer, request.include_usage_in_stream), headers)
-        stored = answer.answer
-        body = renderer.whole(stored.text, _finish(stored.finish_reason), stored.usage())
-        return Response(body, media_type=JSON, headers=headers)
+            unfold = chat_chunks if chat else text_chunks
+            return _sse_response(_replay(unfold(replayed, request.include_usage_in_stream)), headers)
+        return Response(_json(replayed), media_type=JSON, headers=headers)
     events = answer.flight.follow()
     if request.stream:
         first = await _first_event(events)  # errors before the first token are plain HTTP errors
         return _sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
     text: list[str] = []
+    sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
         async for event in events:
-            if isinstance(event, Finished):
-                body = renderer.whole("".join(text), event.finish_reason, usage_of(event))
+            if isinstance(event, Whole):
+                sent = event.payload  # answered once stored: `Finished` is published after the store
+            elif isinstance(event, Finished):
+                if sent is not None:
+                    return Response(_json(sent), media_type=JSON, headers=headers)
+                body = renderer.whole("".join(text), _finish(event.finish_reason), usage_of(event))
                 return Response(body, media_type=JSON, headers=headers)
-            text.append(event.text)
+            elif isinstance(event, TextDelta):
+                text.append(event.text)
     raise ServiceUnavailable("The generation ended without finishing.")
 
 
@@ -219,19 +230,28 @@ async def _live(
     events: AsyncGenerator[GenerationEvent, None],
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    opening = renderer.opening_chunk()
-    if opening:
-        yield opening
+    """A live stream: an upstream's chunks as they arrive (its usage only to a client that asked for it),
+    or the engine's text rendered chunk by chunk."""
+    relayed = isinstance(first, Chunk)
+    if not relayed:
+        opening = renderer.opening_chunk()
+        if opening:
+            yield opening
     async with contextlib.aclosing(events):
         event: GenerationEvent | None = first
         try:
             while event is not None:
-                if isinstance(event, Finished):
-                    yield renderer.finish_chunk(event.finish_reason)
-                    if include_usage:
-                        yield renderer.usage_chunk(usage_of(event))
+                if isinstance(event, Chunk):
+                    chunk = _as_asked(event.payload, include_usage)
+                    if chunk is not None:
+                        yield sse(chunk)
+                elif isinstance(event, Finished):
+                    if not relayed:  # an upstream's own chunks carried its finish and usage
+                        yield renderer.finish_chunk(_finish(event.finish_reason))
+                        if include_usage:
+                            yield renderer.usage_chunk(usage_of(event))
                     break
-                if event.text:
+                elif isinstance(event, TextDelta) and event.text:
                     yield renderer.text_chunk(event.text)
                 event = await anext(events, None)
         except KvgateError as error:
@@ -241,17 +261,24 @@ async def _live(
     yield SSE_DONE
 
 
-async def _replay(renderer: Renderer, answer: CachedAnswer, include_usage: bool) -> AsyncIterator[str]:
-    stored = answer.answer
-    opening = renderer.opening_chunk()
-    if opening:
-        yield opening
-    for piece in replay_pieces(stored.text):
-        yield renderer.text_chunk(piece)
-    yield renderer.finish_chunk(_finish(stored.finish_reason))
-    if include_usage:
-        yield renderer.usage_chunk(stored.usage())
+async def _replay(chunks: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    for chunk in chunks:
+        yield sse(chunk)
     yield SSE_DONE
+
+
+def _as_asked(chunk: dict[str, Any], include_usage: bool) -> dict[str, Any] | None:
+    """An upstream chunk as the client would have had it: kvgate asks every stream for its usage, so a client
+    that did not gets neither the usage chunk nor the `usage` fields the upstream adds to the others."""
+    if include_usage or "usage" not in chunk:
+        return chunk
+    if not chunk.get("choices"):
+        return None
+    return {name: value for name, value in chunk.items() if name != "usage"}
+
+
+def _json(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
@@ -261,4 +288,5 @@ def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> Stream
 
 
 def _finish(reason: str) -> FinishReason:
+    """The engine's finish reasons, as its renderer knows them."""
     return "length" if reason == "length" else "stop"
