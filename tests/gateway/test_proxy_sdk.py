@@ -1,0 +1,252 @@
+"""Real apps behind kvgate (reverse-proxy mode, default settings): each `openai` SDK flow gets the same object
+through kvgate as from the upstream directly, on the miss and on the exact hit that follows (but for `id`
+and `created`), and the hit never reaches the upstream."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from gateway.http.app import create_app
+from tests.gateway.conftest import make_settings
+from tests.gateway.live_server import serve
+from tests.gateway.openai_upstream import MODEL, build_openai_upstream
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+# A 1x1 PNG, sent as a data URL the way vision apps send images.
+PIXEL = (
+    "data:image/png;base64,"
+    + base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")).decode()
+)
+
+
+class Capital(BaseModel):
+    country: str
+    capital: str
+
+
+class Proxy:
+    def __init__(self, kvgate: openai.OpenAI, direct: openai.OpenAI, calls: list[dict[str, Any]]) -> None:
+        self.kvgate, self.direct, self.calls = kvgate, direct, calls
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    calls: list[dict[str, Any]] = []
+    with serve(build_openai_upstream(calls)) as upstream_url:
+        settings = make_settings(
+            tmp_path_factory.mktemp("proxy"), api_keys=None, upstream_url=upstream_url + "/v1"
+        )
+        with (
+            serve(create_app(settings)) as url,
+            openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0) as kvgate,
+            openai.OpenAI(base_url=upstream_url + "/v1", api_key="x", max_retries=0) as direct,
+        ):
+            yield Proxy(kvgate, direct, calls)
+
+
+def same_but_ids(first: BaseModel, second: BaseModel) -> bool:
+    return first.model_dump(exclude={"id", "created"}) == second.model_dump(exclude={"id", "created"})
+
+
+def chat_twice(proxy: Proxy, **request: Any) -> tuple[Any, Any, Any]:
+    """The direct answer, then kvgate's miss and its exact hit (checked: the hit did not reach the upstream)."""
+    direct = proxy.direct.chat.completions.create(model=MODEL, **request)
+    miss = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
+    calls = len(proxy.calls)
+    hit = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
+    assert miss.headers["x-kvgate-cache"] == "miss"
+    assert hit.headers["x-kvgate-cache"] == "exact-hit" and len(proxy.calls) == calls
+    return direct, miss.parse(), hit.parse()
+
+
+FLOWS: dict[str, Callable[[], dict[str, Any]]] = {
+    "tools": lambda: {
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+    },
+    "tool result turn": lambda: {
+        "messages": [
+            {"role": "user", "content": "Weather in Lyon?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_0", "content": "21 C and sunny"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "logprobs": lambda: {
+        "messages": [{"role": "user", "content": "Say hello"}],
+        "logprobs": True,
+        "top_logprobs": 1,
+    },
+    "n=2": lambda: {"messages": [{"role": "user", "content": "Name a colour"}], "n": 2},
+    "image part": lambda: {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in this image?"},
+                    {"type": "image_url", "image_url": {"url": PIXEL}},
+                ],
+            }
+        ]
+    },
+    "reasoning": lambda: {"messages": [{"role": "user", "content": "think: what is 6 x 7?"}]},
+    "json_object": lambda: {
+        "messages": [{"role": "user", "content": "JSON please"}],
+        "response_format": {"type": "json_object"},
+    },
+}
+
+
+@pytest.mark.parametrize("flow", sorted(FLOWS))
+def test_a_flow_gets_the_upstream_object_on_a_miss_and_on_a_hit(proxy: Proxy, flow: str) -> None:
+    direct, miss, hit = chat_twice(proxy, **FLOWS[flow]())
+    assert same_but_ids(miss, direct) and same_but_ids(hit, direct)
+    assert hit.id != miss.id
+
+
+@pytest.mark.parametrize("flow", sorted(FLOWS))
+def test_a_streamed_flow_folds_into_the_upstream_object_on_a_miss_and_on_a_hit(
+    proxy: Proxy, flow: str
+) -> None:
+    request = FLOWS[flow]() | {"stream_options": {"include_usage": True}}
+    direct = proxy.direct.chat.completions.create(model=MODEL, **request)
+    with proxy.kvgate.chat.completions.stream(model=MODEL, **request) as miss_stream:
+        miss = miss_stream.get_final_completion()
+    calls = len(proxy.calls)
+    with proxy.kvgate.chat.completions.stream(model=MODEL, **request) as hit_stream:
+        hit = hit_stream.get_final_completion()
+    assert len(proxy.calls) == calls
+    with proxy.direct.chat.completions.stream(model=MODEL, **request) as direct_stream:
+        streamed_direct = direct_stream.get_final_completion()
+    assert same_but_ids(miss, streamed_direct) and same_but_ids(hit, streamed_direct)
+    streamed, whole = hit.choices[0].message, direct.choices[0].message  # and what a JSON request gets
+    assert (streamed.content, streamed.refusal) == (whole.content, whole.refusal)
+    assert [call.function.arguments for call in streamed.tool_calls or []] == [
+        call.function.arguments  # type: ignore[union-attr]
+        for call in whole.tool_calls or []
+    ]
+
+
+def test_parse_with_a_pydantic_model(proxy: Proxy) -> None:
+    request = {"messages": [{"role": "user", "content": "Capital of France?"}], "response_format": Capital}
+    direct = proxy.direct.chat.completions.parse(model=MODEL, **request)
+    miss = proxy.kvgate.chat.completions.parse(model=MODEL, **request)
+    calls = len(proxy.calls)
+    hit = proxy.kvgate.chat.completions.parse(model=MODEL, **request)
+    assert len(proxy.calls) == calls
+    assert miss.choices[0].message.parsed == direct.choices[0].message.parsed == hit.choices[0].message.parsed
+    assert isinstance(hit.choices[0].message.parsed, Capital)
+
+
+def test_a_refusal_reaches_the_client_as_a_refusal_and_is_never_stored(proxy: Proxy) -> None:
+    request = {"messages": [{"role": "user", "content": "Please refuse this one"}]}
+    for _ in range(2):
+        answer = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
+        assert answer.headers["x-kvgate-cache"] == "miss"  # asked again: never replayed, never empty
+        message = answer.parse().choices[0].message
+        assert message.refusal == "I'm sorry, I can't help with that." and message.content is None
+
+
+def test_a_content_filtered_answer_is_never_stored(proxy: Proxy) -> None:
+    request = {"messages": [{"role": "user", "content": "filter me"}]}
+    for _ in range(2):
+        answer = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
+        assert answer.headers["x-kvgate-cache"] == "miss"
+        assert answer.parse().choices[0].finish_reason == "content_filter"
+
+
+def test_the_body_goes_upstream_as_sent_with_unknown_fields(proxy: Proxy) -> None:
+    proxy.kvgate.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Unknown fields?"}],
+        extra_body={"vendor_knob": {"level": 3}},
+        max_completion_tokens=50,
+    )
+    assert proxy.calls[-1]["vendor_knob"] == {"level": 3} and proxy.calls[-1]["max_completion_tokens"] == 50
+    assert "stream" not in proxy.calls[-1]
+
+
+def test_a_plain_text_request_reworded_is_a_semantic_hit(proxy: Proxy) -> None:
+    proxy.kvgate.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a fruit"}])
+    again = proxy.kvgate.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name a fruit, please?"}]
+    )
+    assert again.headers["x-kvgate-cache"] == "semantic-hit"
+
+
+@pytest.mark.parametrize("flow", ["tools", "tools not called", "logprobs", "n=2", "image part"])
+def test_no_semantic_hit_for_requests_whose_answer_is_not_a_shareable_text(proxy: Proxy, flow: str) -> None:
+    if flow == "tools not called":  # a plain-text answer, but tools were in play
+        request = {
+            "messages": [{"role": "user", "content": "Weather in Rome?"}],
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "none",
+        }
+    else:
+        request = FLOWS[flow]()
+    proxy.kvgate.chat.completions.create(model=MODEL, **request)
+    reworded = request | {"messages": [*request["messages"][:-1], _reworded(request["messages"][-1])]}
+    again = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **reworded)
+    assert again.headers["x-kvgate-cache"] == "miss"
+
+
+def test_a_legacy_completion_round_trips(proxy: Proxy) -> None:
+    direct = proxy.direct.completions.create(model=MODEL, prompt="Once upon a time", n=2)
+    miss = proxy.kvgate.completions.create(model=MODEL, prompt="Once upon a time", n=2)
+    hit = proxy.kvgate.completions.with_raw_response.create(model=MODEL, prompt="Once upon a time", n=2)
+    assert hit.headers["x-kvgate-cache"] == "exact-hit"
+    assert same_but_ids(miss, direct) and same_but_ids(hit.parse(), direct)
+
+
+def _reworded(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    if isinstance(content, str):
+        return {**message, "content": content.rstrip("?") + ", please?"}
+    return {**message, "content": [{**content[0], "text": content[0]["text"] + " Please."}, *content[1:]]}
+
+
+def test_langchain_bind_tools_invoke_and_stream(proxy: Proxy) -> None:
+    from langchain_openai import ChatOpenAI
+
+    def model(base_url: str) -> Any:
+        return ChatOpenAI(model=MODEL, base_url=base_url, api_key="x", max_retries=0)  # type: ignore[arg-type]
+
+    kvgate, direct = model(str(proxy.kvgate.base_url)), model(str(proxy.direct.base_url))
+    question = "Weather in Madrid?"
+    expected = direct.bind_tools([WEATHER_TOOL]).invoke(question)
+    miss = kvgate.bind_tools([WEATHER_TOOL]).invoke(question)
+    calls = len(proxy.calls)
+    hit = kvgate.bind_tools([WEATHER_TOOL]).invoke(question)
+    assert len(proxy.calls) == calls
+    assert (
+        miss.tool_calls == hit.tool_calls == expected.tool_calls
+        and hit.tool_calls[0]["name"] == "get_weather"
+    )
+
+    assert kvgate.invoke("Capital of Spain?").content == direct.invoke("Capital of Spain?").content
+    streamed = "".join(str(chunk.content) for chunk in kvgate.stream("Capital of Spain?"))  # a hit, streamed
+    assert streamed == direct.invoke("Capital of Spain?").content
+    assert len(proxy.calls) == calls + 3  # two direct calls, and kvgate's miss: its streamed repeat was a hit
