@@ -297,6 +297,29 @@ class CompletionService:
             self._flights[key] = flight
         return flight
 
+    async def lookup(self, scope: RequestScope, control: CacheControl) -> Lookup | None:
+        """The cache's lookup, failing open: None while the store is down (for the other routes' flows)."""
+        return await self._lookup(scope, control)
+
+    async def insert(
+        self,
+        scope: RequestScope,
+        raw: str,
+        control: CacheControl,
+        *,
+        tags: tuple[str, ...] = (),
+        vector: Any = None,
+        exact_only: str | None = None,
+    ) -> None:
+        """Store an answer, failing open (a store that is down loses the entry, never the request)."""
+        if self.store_breaker is not None and not self.store_breaker.allow():
+            return
+        try:
+            await self.cache.insert(scope, raw, control, tags=tags, vector=vector, exact_only=exact_only)
+            self._store_ok()
+        except (RedisError, OSError) as error:
+            self._store_failed("insert", error)
+
     async def _lookup(self, scope: RequestScope, control: CacheControl) -> Lookup | None:
         if self.store_breaker is not None and not self.store_breaker.allow():
             return None  # the store keeps failing: skip it fast, answer from the backend
@@ -335,15 +358,7 @@ class CompletionService:
             return
         vector = lookup.vector if lookup is not None else None
         exact_only = None if plain_text(whole) else "the answer is not plain text"
-        if self.store_breaker is not None and not self.store_breaker.allow():
-            return
-        try:
-            await self.cache.insert(
-                scope, raw, call.control, tags=call.tags, vector=vector, exact_only=exact_only
-            )
-            self._store_ok()
-        except (RedisError, OSError) as error:
-            self._store_failed("insert", error)
+        await self.insert(scope, raw, call.control, tags=call.tags, vector=vector, exact_only=exact_only)
 
     def _store_ok(self) -> None:
         if self.store_breaker is not None:

@@ -185,6 +185,28 @@ class Completion(BaseModel):
     usage: Usage | None = None
 
 
+class EmbeddingRequest(BaseModel):
+    """`POST /v1/embeddings`: one input or a batch (texts, or token arrays), answered per input."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = Field(default=None, max_length=256)
+
+    @property
+    def inputs(self) -> list[str | list[int]]:
+        """The inputs as a batch: one text, texts, one token array or token arrays."""
+        if isinstance(self.input, str):
+            return [self.input]
+        items: list[Any] = list(self.input)
+        if items and all(isinstance(item, int) for item in items):
+            return [items]
+        return items
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

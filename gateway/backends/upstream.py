@@ -117,6 +117,39 @@ class UpstreamBackend:
             cached_tokens=int(details.get("cached_tokens") or 0),
         )
 
+    async def embed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's answer to an embeddings request, as sent."""
+        if self._breaker is not None:
+            self._breaker.check()
+        try:
+            response = await self._open("embeddings", body)
+            try:
+                await response.aread()
+                if response.status_code >= 400:
+                    self._count(failed=response.status_code >= 500)
+                    raise _upstream_error(response)
+                whole = response.json()
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server timed out.", status_code=504, code="upstream_timeout"
+            ) from error
+        except httpx.TransportError as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
+            ) from error
+        except ValueError as error:
+            self._count(failed=True)
+            raise UpstreamFailed("The upstream server sent a malformed answer.", status_code=502) from error
+        if not isinstance(whole, dict) or not isinstance(whole.get("data"), list):
+            self._count(failed=True)
+            raise UpstreamFailed("The upstream server sent no embeddings.", status_code=502)
+        self._count(failed=False)
+        return whole
+
     async def abort(self, request_id: str) -> None:
         # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
         return None

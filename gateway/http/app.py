@@ -18,9 +18,10 @@ from engine.model_files import resolve_generator
 from gateway.api.errors import install_error_handlers
 from gateway.backends.protocol import Backend
 from gateway.backends.upstream import UpstreamBackend
+from gateway.embeddings import EmbeddingsService
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
-from gateway.http.routes import admin, health, openai
+from gateway.http.routes import admin, embeddings, health, openai
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.stats import HitStats
@@ -145,6 +146,7 @@ def create_app(
                 store_breaker=breakers["store"],
                 store_error_log_interval_s=settings.store_error_log_interval_s,
             )
+            app.state.embeddings = EmbeddingsService(app.state.service)
             weights = getattr(backend, "weights", None)  # the engine's weights format, and why
             logger.info(
                 "kvgate ready: store=%s backend=%s embedder=%s%s",
@@ -195,6 +197,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TraceContextMiddleware)
     app.include_router(openai.router)
+    app.include_router(embeddings.router)
     app.include_router(health.router)
     app.include_router(admin.router)
     app.router.routes[0:0] = openai.served_routes()  # matched before the routers (routes/openai.py)

@@ -82,20 +82,26 @@ class RequestScope:
 
 
 def build_scope(
-    request: Mapping[str, Any], *, tenant: str, embedder: str, secret: bytes = b""
+    request: Mapping[str, Any],
+    *,
+    tenant: str,
+    embedder: str,
+    secret: bytes = b"",
+    endpoint: str | None = None,
 ) -> RequestScope:
     """The scope of an OpenAI chat (`messages`) or completions (`prompt`) request body.
 
     `embedder` is the embedder's identity (its name): vectors of two embedders are not comparable.
     `secret` keys the digests; every replica sharing a Redis must use the same one.
-    Raises `ValueError` for a body that is neither a chat nor a completions request.
+    Raises `ValueError` for a body that is neither a chat nor a completions request. `endpoint` names another
+    API whose one input is given as `prompt` (e.g. one input of an embeddings request): a scope of its own.
     """
     model = str(request.get("model", ""))
     if "messages" in request:
         endpoint = "chat"
         context, prompt, refusal = _split_chat(request["messages"])
     elif "prompt" in request:
-        endpoint = "completions"
+        endpoint = endpoint or "completions"
         context, prompt, refusal = [], *_completions_prompt(request["prompt"])
     else:
         raise ValueError("request has neither `messages` nor `prompt`")

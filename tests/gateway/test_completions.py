@@ -199,3 +199,22 @@ def test_at_the_default_target_a_near_duplicate_hits_and_a_direction_swap_misses
             response = client.post("/v1/chat/completions", json=chat(prompt), headers=auth())
             assert response.headers["x-kvgate-cache"] == expected, prompt
     assert len(backend.calls) == 2
+
+
+def test_embeddings_in_engine_mode_come_from_kvgates_embedder(client: TestClient) -> None:
+    body = {"model": "all-MiniLM-L6-v2", "input": ["How do I reset my password?", "Where is my invoice?"]}
+    first = client.post("/v1/embeddings", json=body, headers=auth())
+    assert first.status_code == 200 and first.headers["x-kvgate-cache"] == "miss"
+    data = first.json()["data"]
+    assert [item["index"] for item in data] == [0, 1] and len(data[0]["embedding"]) == 384
+    again = client.post("/v1/embeddings", json=body, headers=auth())
+    assert again.headers["x-kvgate-cache"] == "exact-hit" and again.json()["data"] == data
+    other_tenant = client.post("/v1/embeddings", json=body, headers=auth("key-beta"))
+    assert other_tenant.headers["x-kvgate-cache"] == "miss"  # never across tenants
+
+    unknown = client.post("/v1/embeddings", json=body | {"model": "text-embedding-3-small"}, headers=auth())
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    resized = client.post("/v1/embeddings", json=body | {"dimensions": 64}, headers=auth())
+    assert resized.status_code == 400 and resized.json()["error"]["param"] == "dimensions"
+    empty = client.post("/v1/embeddings", json=body | {"input": []}, headers=auth())
+    assert empty.status_code == 400 and "error" in empty.json()

@@ -250,3 +250,28 @@ def test_langchain_bind_tools_invoke_and_stream(proxy: Proxy) -> None:
     streamed = "".join(str(chunk.content) for chunk in kvgate.stream("Capital of Spain?"))  # a hit, streamed
     assert streamed == direct.invoke("Capital of Spain?").content
     assert len(proxy.calls) == calls + 3  # two direct calls, and kvgate's miss: its streamed repeat was a hit
+
+
+def test_embeddings_are_cached_per_input(proxy: Proxy) -> None:
+    from tests.gateway.openai_upstream import EMBEDDING_MODEL
+
+    seen = [f"seen text {index}" for index in range(3)]
+    proxy.kvgate.embeddings.create(model=EMBEDDING_MODEL, input=seen)
+    batch = [seen[0], "new one", seen[1], "new two", seen[2]]
+    calls = len(proxy.calls)
+    answer = proxy.kvgate.embeddings.with_raw_response.create(model=EMBEDDING_MODEL, input=batch)
+    assert proxy.calls[calls:] == [
+        {"model": EMBEDDING_MODEL, "input": ["new one", "new two"], "encoding_format": "base64"}
+    ]
+    assert answer.headers["x-kvgate-cached-inputs"] == "3/5" and answer.headers["x-kvgate-cache"] == "miss"
+    direct = proxy.direct.embeddings.create(model=EMBEDDING_MODEL, input=batch)
+    assert [item.embedding for item in answer.parse().data] == [item.embedding for item in direct.data]
+    assert [item.index for item in answer.parse().data] == [0, 1, 2, 3, 4]
+
+    again = proxy.kvgate.embeddings.with_raw_response.create(model=EMBEDDING_MODEL, input=batch)
+    assert again.headers["x-kvgate-cache"] == "exact-hit" and len(proxy.calls) == calls + 2
+    floats = proxy.kvgate.embeddings.with_raw_response.create(
+        model=EMBEDDING_MODEL, input=batch, encoding_format="float", dimensions=4
+    )  # another format and size: other keys
+    assert floats.headers["x-kvgate-cached-inputs"] == "0/5"
+    assert len(floats.parse().data[0].embedding) == 4
