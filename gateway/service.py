@@ -12,6 +12,7 @@ A store that is down never fails a request: the cache fails open to the backend,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -33,7 +34,8 @@ from gateway.api.chunks import (
 )
 from gateway.api.errors import InvalidRequest, NotFound, RateLimited
 from gateway.api.ids import random_hex
-from gateway.api.objects import ChatCompletionRequest, CompletionRequest, Usage
+from gateway.api.objects import ChatCompletionRequest, CompletionRequest, ResponsesRequest, Usage
+from gateway.api.response_objects import completed_response, plain_text_response, storable_response
 from gateway.backends.protocol import (
     Backend,
     Chunk,
@@ -54,7 +56,7 @@ from semantic.store.scope import RequestScope, build_scope
 
 logger = logging.getLogger("kvgate.service")
 
-AnyRequest = ChatCompletionRequest | CompletionRequest
+AnyRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
 # The stored answer's format: 2 is the whole response object (the first held its text only).
 STORED_FORMAT = 2
 
@@ -217,12 +219,25 @@ class CompletionService:
 
     def scope_of(self, call: CompletionCall) -> RequestScope:
         body = call.request.model_dump(exclude_unset=True)
+        endpoint = None
+        if isinstance(call.request, ResponsesRequest):  # its input is the compared text, when it is one text
+            endpoint = "responses"
+            body["prompt"] = (
+                body.pop("input") if isinstance(call.request.input, str) else call.request.prompt_text
+            )
         try:
-            return build_scope(
-                body, tenant=call.tenant, embedder=self.cache.embedder.name, secret=self.scope_secret
+            scope = build_scope(
+                body,
+                tenant=call.tenant,
+                embedder=self.cache.embedder.name,
+                secret=self.scope_secret,
+                endpoint=endpoint,
             )
         except ValueError as error:
             raise InvalidRequest(str(error)) from error
+        if endpoint is not None and scope.semantic and not isinstance(call.request.input, str):  # type: ignore[union-attr]
+            scope = dataclasses.replace(scope, semantic_refusal="input is not one text")
+        return scope
 
     def prompt_for_log(self, call: CompletionCall) -> str | None:
         """The last turn's text, only when the operator asked for prompts in logs."""
@@ -276,13 +291,15 @@ class CompletionService:
         self._pending += 1
         self.metrics.pending.set(self._pending)
 
-        chat = scope.endpoint == "chat"
+        endpoint = scope.endpoint
         key = self._flight_key(call, scope)
 
         async def before_finish(flight: Flight, finished: Finished) -> None:
-            whole = whole_of(flight.events, finished, chat=chat, model=call.request.model)
+            whole = whole_of(flight.events, finished, endpoint=endpoint, model=call.request.model)
             if shadowed is not None:
-                cached = StoredAnswer.from_json(shadowed.response, chat=chat, model=call.request.model).text
+                cached = StoredAnswer.from_json(
+                    shadowed.response, chat=endpoint == "chat", model=call.request.model
+                ).text
                 self.shadow.record_comparison(cached, answer_text(whole), call.request_id, shadowed.entry_id)
             await self._store(call, scope, lookup, whole, finished, flight.duration_s)
 
@@ -350,14 +367,17 @@ class CompletionService:
         finished: Finished,
         generation_s: float,
     ) -> None:
-        if call.control.no_store or not storable(whole, self.store_truncated):
+        responses = scope.endpoint == "responses"
+        keep = storable_response(whole) if responses else storable(whole, self.store_truncated)
+        if call.control.no_store or not keep:
             return
         stored = StoredAnswer(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
         raw = stored.to_json()
         if len(raw.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
             return
         vector = lookup.vector if lookup is not None else None
-        exact_only = None if plain_text(whole) else "the answer is not plain text"
+        text_only = plain_text_response(whole) if responses else plain_text(whole)
+        exact_only = None if text_only else "the answer is not plain text"
         await self.insert(scope, raw, call.control, tags=call.tags, vector=vector, exact_only=exact_only)
 
     def _store_ok(self) -> None:
@@ -390,13 +410,19 @@ def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
     return store_truncated or "length" not in reasons
 
 
-def whole_of(events: list[GenerationEvent], finished: Finished, *, chat: bool, model: str) -> dict[str, Any]:
+def whole_of(
+    events: list[GenerationEvent], finished: Finished, *, endpoint: str, model: str
+) -> dict[str, Any]:
     """The whole response object of a finished generation: the upstream's own object, its chunks folded as
-    the SDK folds them, or the engine's text as kvgate renders it."""
+    the SDK folds them (a Responses stream's last event carries it), or the engine's text as kvgate renders
+    it. An empty dict when a stream never completed."""
     for event in events:
         if isinstance(event, Whole):
             return event.payload
+    chat = endpoint == "chat"
     chunks = [event.payload for event in events if isinstance(event, Chunk)]
+    if endpoint == "responses":
+        return completed_response(chunks) or {}
     if chunks:
         return accumulate_chat(chunks) if chat else accumulate_text(chunks)
     text = "".join(event.text for event in events if isinstance(event, TextDelta))
@@ -416,7 +442,10 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
     request = call.request
     messages = None
     prompt = None
-    if isinstance(request, ChatCompletionRequest):
+    path = None
+    if isinstance(request, ResponsesRequest):
+        path = "responses"
+    elif isinstance(request, ChatCompletionRequest):
         messages = [{"role": message.role, "content": message.text} for message in request.messages]
     else:
         prompt = request.prompt_text
@@ -434,6 +463,7 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         priority=call.priority,
         body=request.model_dump(exclude_unset=True),
         stream=request.stream,
+        path=path,
     )
 
 

@@ -355,7 +355,10 @@ def calibrate(
     chosen = tuple(GUARDS_BY_NAME[name] for name in guards)
     languages = measured_languages([(pair.a, pair.b, pair.label) for pair in pairs])
     if not languages:
-        raise ValueError(f"no language has {MIN_LANGUAGE_PAIRS} pairs in these files: too few to calibrate")
+        raise ValueError(
+            f"no language has {MIN_LANGUAGE_PAIRS} positive and {MIN_LANGUAGE_PAIRS} negative pairs in these "
+            "files: too few to calibrate"
+        )
     # Pairs the served rule will refuse for their language compete for no threshold.
     vetoed = np.array(
         [

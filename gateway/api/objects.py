@@ -6,6 +6,7 @@ all the time; fields kvgate knows but cannot honour are refused by `gateway/traf
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any, Literal
@@ -183,6 +184,30 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+
+
+class ResponsesRequest(OpenAIRequest):
+    """`POST /v1/responses`: `input` is one text or a list of input items; a request that names earlier
+    state (`previous_response_id`, `conversation`) is stateful, and passes through uncached."""
+
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return self.previous_response_id is not None or self.conversation is not None
+
+    @property
+    def prompt_text(self) -> str:
+        return self.input if isinstance(self.input, str) else json.dumps(self.input, sort_keys=True)
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_output_tokens
 
 
 class EmbeddingRequest(BaseModel):

@@ -35,6 +35,8 @@ class GenerationRequest:
     """The client's original JSON body, for a backend that passes requests through unchanged."""
     stream: bool = False
     """The client asked for a stream: an upstream is asked for one too, and otherwise for one JSON object."""
+    path: str | None = None
+    """The upstream path for another API than chat and legacy completions (`responses`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,9 +62,11 @@ class UpstreamBackend:
         self._connect_retries = connect_retries
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        path = "chat/completions" if request.messages is not None else "completions"
+        path = request.path or ("chat/completions" if request.messages is not None else "completions")
         body = dict(request.body)
-        if request.stream:
+        if request.stream and request.path is not None:  # Responses: usage comes with `response.completed`
+            body["stream"] = True
+        elif request.stream:
             body["stream"] = True
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         finish_reason: str | None = None
@@ -83,7 +85,7 @@ class UpstreamBackend:
                         chunk = json.loads(data)
                         if "error" in chunk:
                             raise _error_from_body(chunk, 502)
-                        usage = chunk.get("usage") or usage
+                        usage = chunk.get("usage") or (chunk.get("response") or {}).get("usage") or usage
                         finish_reason = _finish_reason(chunk) or finish_reason
                         yield Chunk(chunk)
                 else:
@@ -112,8 +114,8 @@ class UpstreamBackend:
         details = usage.get("prompt_tokens_details") or {}
         yield Finished(
             finish_reason=finish_reason or "stop",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            prompt_tokens=int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or usage.get("output_tokens") or 0),
             cached_tokens=int(details.get("cached_tokens") or 0),
         )
 

@@ -61,9 +61,10 @@ CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 
 MIN_CALIBRATION_HITS = 30
 # Calibrations written before `languages` was recorded were fitted on English pairs only.
 _LANGUAGES_BEFORE_RECORDED = ("en",)
-# A language is measured by a calibration when its pairs hold at least this many in that language, and at
-# least MIN_CALIBRATION_HITS of them positive: fewer cannot show what the threshold does in that language.
-MIN_LANGUAGE_PAIRS = 100
+# A language is measured by a calibration when its pairs (both texts in that language) hold at least this
+# many positives and as many negatives: the bar a target's hits must clear (fewer cannot show what a
+# threshold does in that language).
+MIN_LANGUAGE_PAIRS = 30
 # Scores of pairs the verifier never saw stay below this, so they rank under almost every verified pair.
 _UNVERIFIED_SCORE_CEILING = 0.01
 # Near-duplicates rank above every verified pair when the calibration orders pairs by score.
@@ -373,7 +374,7 @@ def measured_languages(pairs: Sequence[tuple[str, str, int]]) -> tuple[str, ...]
         sorted(
             code
             for code, labels in counts.items()
-            if len(labels) >= MIN_LANGUAGE_PAIRS and sum(labels) >= MIN_CALIBRATION_HITS
+            if sum(labels) >= MIN_LANGUAGE_PAIRS and len(labels) - sum(labels) >= MIN_LANGUAGE_PAIRS
         )
     )
 

@@ -21,9 +21,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from openai.types import Completion, CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response as Response_
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from gateway.api.chunks import chat_chunks, text_chunks
+from gateway.api.response_objects import response_events
 
+ResponseStreamEvent_: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 MODEL = "upstream-gpt"
 EMBEDDING_MODEL = "upstream-embed"
 FINGERPRINT = "fp_upstream_1"
@@ -67,6 +72,21 @@ def build_openai_upstream(calls: list[dict[str, Any]]) -> FastAPI:
         return reply(
             body, Completion.model_validate(whole).model_dump(mode="json", exclude_unset=True), chat=False
         )
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        body = await request.json()
+        calls.append(body)
+        whole = Response_.model_validate(response_answer(body)).model_dump(mode="json", exclude_unset=True)
+        if not body.get("stream"):
+            return JSONResponse(whole)
+
+        async def events() -> AsyncIterator[str]:
+            for event in response_events(whole):
+                ResponseStreamEvent_.validate_python(event)
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
@@ -168,6 +188,58 @@ def choice(body: dict[str, Any], question: str, index: int) -> dict[str, Any]:
             "refusal": None,
         }
     return result
+
+
+def response_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """The whole `response` this upstream gives a Responses request: a function call when tools are given,
+    else a text message."""
+    question = body["input"] if isinstance(body["input"], str) else json.dumps(body["input"])[:60]
+    tools = body.get("tools") or []
+    output: list[dict[str, Any]]
+    if tools and not any(
+        isinstance(item, dict) and item.get("type") == "function_call_output" for item in body["input"] or []
+    ):
+        arguments = json.dumps({"city": "Paris"})
+        output = [
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_r1",
+                "name": tools[0]["name"],
+                "arguments": arguments,
+                "status": "completed",
+            }
+        ]
+    else:
+        text = f"response to: {question}"
+        content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+        output = [
+            {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": content}
+        ]
+    return {
+        "id": f"resp_{hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": body["model"],
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": tools,
+        "instructions": body.get("instructions"),
+        "previous_response_id": body.get("previous_response_id"),
+        "usage": {
+            "input_tokens": 5,
+            "output_tokens": 4,
+            "total_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+        "text": {"format": {"type": "text"}},
+        "error": None,
+        "incomplete_details": None,
+        "metadata": {},
+    }
 
 
 def reply(body: dict[str, Any], whole: dict[str, Any], *, chat: bool) -> Response:

@@ -275,3 +275,57 @@ def test_embeddings_are_cached_per_input(proxy: Proxy) -> None:
     )  # another format and size: other keys
     assert floats.headers["x-kvgate-cached-inputs"] == "0/5"
     assert len(floats.parse().data[0].embedding) == 4
+
+
+def test_responses_json_and_stream_miss_then_hit(proxy: Proxy) -> None:
+    request = {"input": "What is the Responses API?", "instructions": "Be brief."}
+    direct = proxy.direct.responses.create(model=MODEL, **request)
+    miss = proxy.kvgate.responses.with_raw_response.create(model=MODEL, **request)
+    calls = len(proxy.calls)
+    hit = proxy.kvgate.responses.with_raw_response.create(model=MODEL, **request)
+    assert miss.headers["x-kvgate-cache"] == "miss" and hit.headers["x-kvgate-cache"] == "exact-hit"
+    assert len(proxy.calls) == calls
+    assert miss.parse() == direct and hit.parse() == direct  # the upstream's object, its id included
+    assert hit.parse().output_text == "response to: What is the Responses API?"
+
+    with proxy.kvgate.responses.stream(model=MODEL, **request) as stream:  # a streamed hit
+        events = [event.type for event in stream]
+        streamed = stream.get_final_response()
+    assert len(proxy.calls) == calls
+    assert events[0] == "response.created" and events[-1] == "response.completed"
+    assert "response.output_text.delta" in events and streamed.output_text == direct.output_text
+
+    fresh = {"input": "Stream this first", "instructions": "Be brief."}
+    with proxy.kvgate.responses.stream(model=MODEL, **fresh) as stream:  # a streamed miss, relayed
+        first = stream.get_final_response()
+    again = proxy.kvgate.responses.with_raw_response.create(model=MODEL, **fresh)
+    assert again.headers["x-kvgate-cache"] == "exact-hit"
+    assert (again.parse().id, again.parse().output_text, again.parse().usage) == (
+        first.id,
+        first.output_text,
+        first.usage,
+    )
+
+
+def test_responses_with_tools_and_state(proxy: Proxy) -> None:
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {}},
+        "strict": False,
+    }
+    call = proxy.kvgate.responses.create(model=MODEL, input="Weather in Oslo?", tools=[tool])  # type: ignore[list-item]
+    assert call.output[0].type == "function_call"
+    hit = proxy.kvgate.responses.with_raw_response.create(model=MODEL, input="Weather in Oslo?", tools=[tool])  # type: ignore[list-item]
+    assert hit.headers["x-kvgate-cache"] == "exact-hit" and hit.parse() == call
+    reworded = proxy.kvgate.responses.with_raw_response.create(
+        model=MODEL, input="Weather in Oslo, please?", tools=[tool]
+    )  # type: ignore[list-item]
+    assert reworded.headers["x-kvgate-cache"] == "miss"  # tools in play: exact only
+
+    for _ in range(2):  # stateful: the upstream holds the state, so every call goes there
+        chained = proxy.kvgate.responses.with_raw_response.create(
+            model=MODEL, input="And tomorrow?", previous_response_id=call.id
+        )
+        assert chained.headers["x-kvgate-cache"] == "bypass"
+        assert proxy.calls[-1]["previous_response_id"] == call.id

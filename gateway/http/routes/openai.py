@@ -14,8 +14,16 @@ from opentelemetry.trace import Span
 from starlette.routing import Route
 
 from gateway.api.chunks import chat_chunks, text_chunks
-from gateway.api.errors import KvgateError, ServiceUnavailable
-from gateway.api.objects import ChatCompletionRequest, CompletionRequest, FinishReason, ModelCard, ModelList
+from gateway.api.errors import InvalidRequest, KvgateError, ServiceUnavailable
+from gateway.api.objects import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    FinishReason,
+    ModelCard,
+    ModelList,
+    ResponsesRequest,
+)
+from gateway.api.response_objects import response_events
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
 from gateway.http.deps import CurrentTenant, ServiceDep
 from gateway.http.rendering import SSE_DONE, Renderer, sse
@@ -27,6 +35,7 @@ from gateway.traffic.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache
 from gateway.traffic.limits import refuse_unsupported
 from gateway.traffic.ratelimit import Admission, RateLimiter
 from gateway.traffic.tenant_policy import PRIORITY_HEADER
+from semantic.cache import CacheControl
 
 router = APIRouter(prefix="/v1")
 JSON = "application/json"
@@ -49,11 +58,20 @@ async def completions(request: CompletionRequest, tenant: CurrentTenant, http: R
     return await _complete(request, tenant.name, http)
 
 
+@router.post("/responses")
+async def responses(request: ResponsesRequest, tenant: CurrentTenant, http: Request) -> Response:
+    """Create a response (the Responses API; JSON or SSE events) in reverse-proxy mode: a stateless request
+    is cached as chat is; one naming `previous_response_id` or a `conversation` passes through uncached."""
+    return await _complete(request, tenant.name, http)
+
+
 def served_routes() -> list[Route]:
     """The completion routes as requests meet them: the caller first (a bad key is refused before the body
     is read), then the body, then the same `_complete` as the APIRoutes."""
 
-    def endpoint(model: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
+    def endpoint(
+        model: type[ChatCompletionRequest] | type[CompletionRequest] | type[ResponsesRequest],
+    ) -> Any:
         async def serve(http: Request) -> Response:
             tenant = http.app.state.keys.tenant_for(http.headers.get("authorization"))
             return await _complete(await parse_body(http, model), tenant.name, http)
@@ -63,6 +81,7 @@ def served_routes() -> list[Route]:
     return [
         Route("/v1/chat/completions", endpoint(ChatCompletionRequest), methods=["POST"]),
         Route("/v1/completions", endpoint(CompletionRequest), methods=["POST"]),
+        Route("/v1/responses", endpoint(ResponsesRequest), methods=["POST"]),
     ]
 
 
@@ -81,15 +100,23 @@ async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response
     headers = http.headers
     with tracing.completion_span(_operation(request), request.model, _span_request(request)) as span:
         started = time.perf_counter()
+        if isinstance(request, ResponsesRequest) and not service.backend.passes_through:
+            raise InvalidRequest(
+                "The Responses API is served in reverse-proxy mode (KVGATE_UPSTREAM_URL); use chat completions.",
+                code="unsupported_endpoint",
+            )
         if not service.backend.passes_through:  # an upstream decides for itself what it serves
             refuse_unsupported(request)
         admission = Admission(limiter, tenant, limiter.estimate_tokens(request))
         if limiter.count_hits:
             await admission()
+        control = parse_cache_control(headers.get("cache-control"), headers.get(STRICTNESS_HEADER))
+        if isinstance(request, ResponsesRequest) and request.stateful:  # the upstream holds its state
+            control = CacheControl(bypass=True, no_store=True)
         call = CompletionCall(
             request,
             tenant,
-            parse_cache_control(headers.get("cache-control"), headers.get(STRICTNESS_HEADER)),
+            control,
             parse_tags(headers.get(TAGS_HEADER)),
             priority=limiter.policy.priority_for(tenant, headers.get(PRIORITY_HEADER)),
             admit=None if limiter.count_hits else admission,
@@ -97,7 +124,7 @@ async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response
         answer = await service.answer(call)
         reply_headers = _cache_headers(answer) | {"x-request-id": call.request_id} | await admission.headers()
         response = await _respond(request, answer, reply_headers)
-        route = "chat" if isinstance(request, ChatCompletionRequest) else "completions"
+        route = _route(request)
         cache = reply_headers["x-kvgate-cache"]
         service.metrics.request_seconds.labels(route, cache).observe(time.perf_counter() - started)
         _log(service, call, answer, route, cache, response.status_code, started)
@@ -106,7 +133,15 @@ async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response
 
 
 def _operation(request: AnyRequest) -> str:
+    if isinstance(request, ResponsesRequest):
+        return "responses"
     return "chat" if isinstance(request, ChatCompletionRequest) else "text_completion"
+
+
+def _route(request: AnyRequest) -> str:
+    if isinstance(request, ResponsesRequest):
+        return "responses"
+    return "chat" if isinstance(request, ChatCompletionRequest) else "completions"
 
 
 def _span_request(request: AnyRequest) -> dict[str, Any]:
@@ -169,6 +204,8 @@ def _log(
 async def _respond(
     request: AnyRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
 ) -> Response:
+    if isinstance(request, ResponsesRequest):
+        return await _respond_responses(request, answer, headers)
     chat = isinstance(request, ChatCompletionRequest)
     renderer = Renderer(chat=chat, model=request.model)
     if isinstance(answer, CachedAnswer):
@@ -196,6 +233,56 @@ async def _respond(
             elif isinstance(event, TextDelta):
                 text.append(event.text)
     raise ServiceUnavailable("The generation ended without finishing.")
+
+
+async def _respond_responses(
+    request: ResponsesRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
+) -> Response:
+    """A Responses answer: the stored response as it was (its id too: the entry is this tenant's own, and a
+    `previous_response_id` naming it reaches what the upstream stored for this tenant), or the upstream's
+    own JSON or events as they arrive."""
+    if isinstance(answer, CachedAnswer):
+        if request.stream:
+            return _sse_response(_named_events(iter(response_events(answer.answer.whole))), headers)
+        return Response(_json(answer.answer.whole), media_type=JSON, headers=headers)
+    events = answer.flight.follow()
+    if request.stream:
+        first = await _first_event(events)
+        return _sse_response(_relayed_events(first, events), headers)
+    sent: dict[str, Any] | None = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, Whole):
+                sent = event.payload
+            elif isinstance(event, Finished) and sent is not None:
+                return Response(_json(sent), media_type=JSON, headers=headers)
+    raise ServiceUnavailable("The generation ended without finishing.")
+
+
+async def _named_events(events: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
+    for event in events:
+        yield _named(event)
+
+
+async def _relayed_events(
+    first: GenerationEvent, events: AsyncGenerator[GenerationEvent, None]
+) -> AsyncIterator[str]:
+    async with contextlib.aclosing(events):
+        event: GenerationEvent | None = first
+        try:
+            while event is not None and not isinstance(event, Finished):
+                if isinstance(event, Chunk):
+                    yield _named(event.payload)
+                event = await anext(events, None)
+        except KvgateError as error:
+            yield _named({"type": "error", **error.body()["error"]})
+        except Exception:
+            yield _named({"type": "error", **ServiceUnavailable("The generation failed.").body()["error"]})
+
+
+def _named(event: dict[str, Any]) -> str:
+    """A Responses stream event: its type as the SSE event name, as OpenAI sends it."""
+    return f"event: {event.get('type', 'message')}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
 
 
 def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
