@@ -61,6 +61,11 @@ class NotFound(KvgateError):
     error_type = "not_found_error"
 
 
+class MethodNotAllowed(KvgateError):
+    status_code = 405
+    error_type = "invalid_request_error"
+
+
 class PayloadTooLarge(KvgateError):
     status_code = 413
     error_type = "invalid_request_error"

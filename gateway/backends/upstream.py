@@ -152,6 +152,27 @@ class UpstreamBackend:
         self._count(failed=False)
         return whole
 
+    async def forward(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: AsyncIterator[bytes]
+    ) -> httpx.Response:
+        """Send a request on unchanged (its body streamed); the answer's body is left to stream. Transport
+        failures answer 502/504 as a completion's would; the caller closes the response."""
+        trace = current_trace.get()
+        if trace is not None:
+            headers = headers | {TRACEPARENT: trace.traceparent}
+        url = httpx.URL(path, query=query.encode())
+        request = self._client.build_request(method, url, headers=headers, content=body)
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.TimeoutException as error:
+            raise UpstreamFailed(
+                "The upstream server timed out.", status_code=504, code="upstream_timeout"
+            ) from error
+        except httpx.TransportError as error:
+            raise UpstreamFailed(
+                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
+            ) from error
+
     async def abort(self, request_id: str) -> None:
         # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
         return None

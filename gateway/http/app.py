@@ -21,7 +21,7 @@ from gateway.backends.upstream import UpstreamBackend
 from gateway.embeddings import EmbeddingsService
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
-from gateway.http.routes import admin, embeddings, health, openai
+from gateway.http.routes import admin, embeddings, health, openai, passthrough
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.stats import HitStats
@@ -200,6 +200,8 @@ def create_app(
     app.include_router(embeddings.router)
     app.include_router(health.router)
     app.include_router(admin.router)
+    if settings.upstream_url:
+        app.include_router(passthrough.router)  # last: only what no other route takes
     app.router.routes[0:0] = openai.served_routes()  # matched before the routers (routes/openai.py)
     return app
 

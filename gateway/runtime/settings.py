@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     upstream_models_refresh_s: float = Field(default=60.0, gt=0)
     """How often the upstream's model list is read again when `upstream_models` is empty."""
 
+    passthrough_paths: str = (
+        "moderations,audio/speech,audio/transcriptions,audio/translations,images/generations,images/edits,"
+        "images/variations"
+    )
+    """Comma-separated `/v1/` paths (a path and what is under it) that reverse-proxy mode passes to the
+    upstream unchanged and uncached, streamed both ways, counted as `bypass`. By default only stateless ones:
+    list a path that stores or fetches objects (`files`, `batches`, `vector_stores`, stored `responses/...`)
+    only if every tenant may share the upstream account's objects."""
+
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     """Read timeout for one upstream call."""
 

@@ -88,6 +88,17 @@ def build_openai_upstream(calls: list[dict[str, Any]]) -> FastAPI:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    @app.post("/v1/moderations")
+    async def moderations(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        calls.append(body)
+        flagged = "hate" in str(body["input"])
+        return {
+            "id": "modr-1",
+            "model": "omni-moderation-latest",
+            "results": [{"flagged": flagged, "categories": {}, "category_scores": {}}],
+        }
+
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
         body = await request.json()

@@ -329,3 +329,23 @@ def test_responses_with_tools_and_state(proxy: Proxy) -> None:
         )
         assert chained.headers["x-kvgate-cache"] == "bypass"
         assert proxy.calls[-1]["previous_response_id"] == call.id
+
+
+def test_listed_paths_pass_through_and_others_do_not(proxy: Proxy) -> None:
+    import httpx
+
+    base = str(proxy.kvgate.base_url).rstrip("/")
+    with httpx.Client() as http:
+        for _ in range(2):  # listed by default: passed on each time, never cached
+            moderation = proxy.kvgate.moderations.with_raw_response.create(input="hello")
+            assert moderation.headers["x-kvgate-cache"] == "bypass" and proxy.calls[-1] == {"input": "hello"}
+            assert moderation.parse().results[0].flagged is False
+        audio = http.post(f"{base}/audio/speech", json={"input": "hi"}, headers={"Authorization": "Bearer x"})
+        assert (
+            audio.status_code == 404 and audio.headers["x-kvgate-cache"] == "bypass"
+        )  # the upstream's own 404
+        files = http.get(f"{base}/files", headers={"Authorization": "Bearer x"})
+        assert (
+            files.status_code == 404 and files.json()["error"]["code"] == "unknown_url"
+        )  # never unless listed
+        assert "x-kvgate-cache" not in files.headers
