@@ -23,6 +23,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from gateway.api.anthropic_objects import (
+    accumulate_message,
+    message_from_text,
+    message_text,
+    plain_text_message,
+    storable_message,
+)
 from gateway.api.chunks import (
     accumulate_chat,
     accumulate_text,
@@ -34,8 +41,19 @@ from gateway.api.chunks import (
 )
 from gateway.api.errors import InvalidRequest, NotFound, RateLimited
 from gateway.api.ids import random_hex
-from gateway.api.objects import ChatCompletionRequest, CompletionRequest, ResponsesRequest, Usage
-from gateway.api.response_objects import completed_response, plain_text_response, storable_response
+from gateway.api.objects import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    MessagesRequest,
+    ResponsesRequest,
+    Usage,
+)
+from gateway.api.response_objects import (
+    completed_response,
+    plain_text_response,
+    response_text,
+    storable_response,
+)
 from gateway.backends.protocol import (
     Backend,
     Chunk,
@@ -56,7 +74,7 @@ from semantic.store.scope import RequestScope, build_scope
 
 logger = logging.getLogger("kvgate.service")
 
-AnyRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest
+AnyRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest | MessagesRequest
 # The stored answer's format: 2 is the whole response object (the first held its text only).
 STORED_FORMAT = 2
 
@@ -73,6 +91,8 @@ class CompletionCall:
     priority: int = 0
     admit: Callable[[], Awaitable[None]] | None = None
     """Charged once the call is known to need the backend (the rate limiter, when hits are free)."""
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    """Headers an upstream needs for this API besides kvgate's own (Anthropic's `anthropic-version`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +115,7 @@ class StoredAnswer:
 
     @property
     def text(self) -> str:
-        return answer_text(self.whole)
+        return answer_text(self.whole) or message_text(self.whole) or response_text(self.whole)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -219,7 +239,7 @@ class CompletionService:
 
     def scope_of(self, call: CompletionCall) -> RequestScope:
         body = call.request.model_dump(exclude_unset=True)
-        endpoint = None
+        endpoint = "messages" if isinstance(call.request, MessagesRequest) else None
         if isinstance(call.request, ResponsesRequest):  # its input is the compared text, when it is one text
             endpoint = "responses"
             body["prompt"] = (
@@ -235,7 +255,11 @@ class CompletionService:
             )
         except ValueError as error:
             raise InvalidRequest(str(error)) from error
-        if endpoint is not None and scope.semantic and not isinstance(call.request.input, str):  # type: ignore[union-attr]
+        if (
+            isinstance(call.request, ResponsesRequest)
+            and scope.semantic
+            and not isinstance(call.request.input, str)
+        ):
             scope = dataclasses.replace(scope, semantic_refusal="input is not one text")
         return scope
 
@@ -367,8 +391,7 @@ class CompletionService:
         finished: Finished,
         generation_s: float,
     ) -> None:
-        responses = scope.endpoint == "responses"
-        keep = storable_response(whole) if responses else storable(whole, self.store_truncated)
+        keep, text_only = _policy(scope.endpoint, whole, self.store_truncated)
         if call.control.no_store or not keep:
             return
         stored = StoredAnswer(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
@@ -376,7 +399,6 @@ class CompletionService:
         if len(raw.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
             return
         vector = lookup.vector if lookup is not None else None
-        text_only = plain_text_response(whole) if responses else plain_text(whole)
         exact_only = None if text_only else "the answer is not plain text"
         await self.insert(scope, raw, call.control, tags=call.tags, vector=vector, exact_only=exact_only)
 
@@ -397,6 +419,16 @@ class CompletionService:
             logger.error(
                 "cache store unavailable during %s (failing open to the backend): %s", operation, error
             )
+
+
+def _policy(endpoint: str, whole: dict[str, Any], store_truncated: bool) -> tuple[bool, bool]:
+    """(may the answer be stored, may it serve a reworded request) for one API's whole object."""
+    if endpoint == "responses":
+        return storable_response(whole), plain_text_response(whole)
+    if endpoint == "messages":
+        stop_ok = store_truncated or whole.get("stop_reason") != "max_tokens"
+        return storable_message(whole) and stop_ok, plain_text_message(whole)
+    return storable(whole, store_truncated), plain_text(whole)
 
 
 def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
@@ -423,6 +455,17 @@ def whole_of(
     chunks = [event.payload for event in events if isinstance(event, Chunk)]
     if endpoint == "responses":
         return completed_response(chunks) or {}
+    if endpoint == "messages":
+        if chunks:
+            return accumulate_message(chunks)
+        return message_from_text(
+            model=model,
+            text="".join(event.text for event in events if isinstance(event, TextDelta)),
+            finish_reason=finished.finish_reason,
+            input_tokens=finished.prompt_tokens,
+            output_tokens=finished.completion_tokens,
+            message_id="msg_" + random_hex(12),
+        )
     if chunks:
         return accumulate_chat(chunks) if chat else accumulate_text(chunks)
     text = "".join(event.text for event in events if isinstance(event, TextDelta))
@@ -443,8 +486,14 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
     messages = None
     prompt = None
     path = None
+    headers: dict[str, str] = {}
     if isinstance(request, ResponsesRequest):
         path = "responses"
+    elif isinstance(request, MessagesRequest):
+        path = "messages"
+        headers = call.upstream_headers
+        system = [{"role": "system", "content": request.system_text}] if request.system_text else []
+        messages = system + [{"role": message.role, "content": message.text} for message in request.messages]
     elif isinstance(request, ChatCompletionRequest):
         messages = [{"role": message.role, "content": message.text} for message in request.messages]
     else:
@@ -464,6 +513,7 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         body=request.model_dump(exclude_unset=True),
         stream=request.stream,
         path=path,
+        headers=headers,
     )
 
 

@@ -210,6 +210,58 @@ class ResponsesRequest(OpenAIRequest):
         return self.max_output_tokens
 
 
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(
+            str(block.get("text") or "") for block in self.content if block.get("type") == "text"
+        )
+
+
+class MessagesRequest(BaseModel):
+    """Anthropic's `POST /v1/messages` (`max_tokens` is required there); fields kvgate does not know pass on."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    max_tokens: int = Field(ge=1)
+    system: str | list[dict[str, Any]] | None = None
+    stream: bool = False
+    temperature: float = Field(default=1.0, ge=0.0, le=1.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop_sequences: list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    seed: None = None  # the Messages API has none
+    include_usage_in_stream: bool = False  # usage always travels in its events
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return list(self.stop_sequences or [])
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.max_tokens
+
+    @property
+    def system_text(self) -> str:
+        if self.system is None or isinstance(self.system, str):
+            return self.system or ""
+        return "\n".join(str(block.get("text") or "") for block in self.system)
+
+    @property
+    def prompt_text(self) -> str:
+        return "\n".join([self.system_text, *(message.text for message in self.messages)])
+
+
 class EmbeddingRequest(BaseModel):
     """`POST /v1/embeddings`: one input or a batch (texts, or token arrays), answered per input."""
 

@@ -36,7 +36,9 @@ class GenerationRequest:
     stream: bool = False
     """The client asked for a stream: an upstream is asked for one too, and otherwise for one JSON object."""
     path: str | None = None
-    """The upstream path for another API than chat and legacy completions (`responses`)."""
+    """The upstream path for another API than chat and legacy completions (`responses`, `messages`)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Headers the upstream needs for this API (Anthropic's version and key)."""
 
 
 @dataclass(frozen=True, slots=True)

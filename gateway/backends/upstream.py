@@ -50,6 +50,7 @@ class UpstreamBackend:
         connect_timeout_s: float = 10.0,
         models_refresh_s: float = 60.0,
     ) -> None:
+        self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
@@ -74,7 +75,7 @@ class UpstreamBackend:
         if self._breaker is not None:
             self._breaker.check()
         try:
-            response = await self._open(path, body)
+            response = await self._open(path, body, request.headers)
             try:
                 if response.status_code >= 400:
                     await response.aread()
@@ -85,7 +86,7 @@ class UpstreamBackend:
                         chunk = json.loads(data)
                         if "error" in chunk:
                             raise _error_from_body(chunk, 502)
-                        usage = chunk.get("usage") or (chunk.get("response") or {}).get("usage") or usage
+                        usage = _stream_usage(chunk, usage)
                         finish_reason = _finish_reason(chunk) or finish_reason
                         yield Chunk(chunk)
                 else:
@@ -198,10 +199,13 @@ class UpstreamBackend:
         await self.models.stop()
         await self._client.aclose()
 
-    async def _open(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    async def _open(
+        self, path: str, body: dict[str, Any], extra: dict[str, str] | None = None
+    ) -> httpx.Response:
         """Send the request; retry only when the connection could not be made (nothing was sent)."""
         trace = current_trace.get()
         headers = {TRACEPARENT: trace.traceparent} if trace is not None else {}
+        headers |= extra or {}
         request = self._client.build_request("POST", path, json=body, headers=headers)
         for attempt in range(self._connect_retries + 1):
             try:
@@ -230,6 +234,17 @@ async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
             return
         if data:
             yield data
+
+
+def _stream_usage(chunk: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """The usage known so far: a chat chunk's, a Responses `response.completed`'s, or Anthropic's (input
+    tokens in `message_start`, output tokens in `message_delta`)."""
+    found = (
+        chunk.get("usage")
+        or (chunk.get("response") or {}).get("usage")
+        or (chunk.get("message") or {}).get("usage")
+    )
+    return {**usage, **found} if isinstance(found, dict) else usage
 
 
 def _finish_reason(payload: dict[str, Any]) -> str | None:

@@ -21,7 +21,7 @@ from gateway.backends.upstream import UpstreamBackend
 from gateway.embeddings import EmbeddingsService
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
-from gateway.http.routes import admin, embeddings, health, openai, passthrough
+from gateway.http.routes import admin, anthropic, embeddings, health, openai, passthrough
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.stats import HitStats
@@ -198,6 +198,7 @@ def create_app(
     app.add_middleware(TraceContextMiddleware)
     app.include_router(openai.router)
     app.include_router(embeddings.router)
+    app.include_router(anthropic.router)
     app.include_router(health.router)
     app.include_router(admin.router)
     if settings.upstream_url:

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.api.errors import RateLimited
-from gateway.api.objects import ChatCompletionRequest, CompletionRequest, ResponsesRequest
+from gateway.api.objects import ChatCompletionRequest, CompletionRequest, MessagesRequest, ResponsesRequest
 from gateway.observability.metrics import GatewayMetrics
 from gateway.traffic.breaker import CircuitBreaker
 from gateway.traffic.tenant_policy import TenantPolicy
@@ -160,7 +160,9 @@ class RateLimiter:
         """The tenant's buckets without charging anything (headers for a hit that is not counted)."""
         return await self._take(tenant, 0, 0)
 
-    def estimate_tokens(self, request: ChatCompletionRequest | CompletionRequest | ResponsesRequest) -> int:
+    def estimate_tokens(
+        self, request: ChatCompletionRequest | CompletionRequest | ResponsesRequest | MessagesRequest
+    ) -> int:
         """Prompt characters / 4 + the completion budget: cheap, pessimistic, good enough for a limit."""
         if isinstance(request, ChatCompletionRequest):
             characters = sum(len(message.text) for message in request.messages)

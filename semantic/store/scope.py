@@ -98,7 +98,7 @@ def build_scope(
     """
     model = str(request.get("model", ""))
     if "messages" in request:
-        endpoint = "chat"
+        endpoint = endpoint or "chat"
         context, prompt, refusal = _split_chat(request["messages"])
     elif "prompt" in request:
         endpoint = endpoint or "completions"

@@ -17,6 +17,7 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
+from anthropic.types import Message as AnthropicMessage_
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from openai.types import Completion, CreateEmbeddingResponse
@@ -25,6 +26,7 @@ from openai.types.responses import Response as Response_
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from gateway.api.anthropic_objects import message_events
 from gateway.api.chunks import chat_chunks, text_chunks
 from gateway.api.response_objects import response_events
 
@@ -84,6 +86,34 @@ def build_openai_upstream(calls: list[dict[str, Any]]) -> FastAPI:
         async def events() -> AsyncIterator[str]:
             for event in response_events(whole):
                 ResponseStreamEvent_.validate_python(event)
+                yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        body = await request.json()
+        calls.append(
+            body
+            | {
+                "x-api-key": request.headers.get("x-api-key"),
+                "version": request.headers.get("anthropic-version"),
+            }
+        )
+        if request.headers.get("anthropic-version") is None:
+            error = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": "anthropic-version required"},
+            }
+            return JSONResponse(error, status_code=400)
+        whole = AnthropicMessage_.model_validate(message_answer(body)).model_dump(
+            mode="json", exclude_unset=True
+        )
+        if not body.get("stream"):
+            return JSONResponse(whole)
+
+        async def events() -> AsyncIterator[str]:
+            for event in message_events(whole):
                 yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -250,6 +280,41 @@ def response_answer(body: dict[str, Any]) -> dict[str, Any]:
         "error": None,
         "incomplete_details": None,
         "metadata": {},
+    }
+
+
+def message_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's `message` for a Messages request: a tool_use block when tools are given, else text."""
+    last = body["messages"][-1]["content"]
+    question = last if isinstance(last, str) else json.dumps(last)[:60]
+    tool_result = isinstance(last, list) and any(block.get("type") == "tool_result" for block in last)
+    if body.get("tools") and not tool_result:
+        content = [
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": body["tools"][0]["name"],
+                "input": {"city": "Paris"},
+            }
+        ]
+        stop = "tool_use"
+    else:
+        content = [{"type": "text", "text": f"claude-ish answer to: {question}"}]
+        stop = "refusal" if "refuse" in question else "end_turn"
+    return {
+        "id": "msg_up_1",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 11,
+            "output_tokens": 7,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
     }
 
 

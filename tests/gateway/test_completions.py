@@ -218,3 +218,51 @@ def test_embeddings_in_engine_mode_come_from_kvgates_embedder(client: TestClient
     assert resized.status_code == 400 and resized.json()["error"]["param"] == "dimensions"
     empty = client.post("/v1/embeddings", json=body | {"input": []}, headers=auth())
     assert empty.status_code == 400 and "error" in empty.json()
+
+
+def test_anthropic_messages_in_engine_mode(client: TestClient) -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 32,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hello there"}],
+    }
+    headers = {"x-api-key": "key-alpha", "anthropic-version": "2023-06-01"}
+    first = client.post("/v1/messages", json=body, headers=headers)
+    assert first.status_code == 200 and first.headers["x-kvgate-cache"] == "miss"
+    message = first.json()
+    assert message["type"] == "message" and message["content"] == [
+        {"type": "text", "text": "echo: Hello there"}
+    ]
+    assert message["stop_reason"] == "end_turn" and message["usage"]["output_tokens"] > 0
+    again = client.post("/v1/messages", json=body | {"stream": True}, headers=headers)
+    assert again.headers["x-kvgate-cache"] == "exact-hit"
+    events = [line.removeprefix("event: ") for line in again.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "message_stop" and "content_block_delta" in events
+    streamed = client.post(
+        "/v1/messages",
+        json=body | {"stream": True, "messages": [{"role": "user", "content": "Stream it"}]},
+        headers=headers,
+    )
+    assert streamed.headers["x-kvgate-cache"] == "miss"
+    deltas = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    assert (
+        "".join(d["delta"].get("text", "") for d in deltas if d["type"] == "content_block_delta")
+        == "echo: Stream it"
+    )
+
+    denied = client.post("/v1/messages", json=body, headers={"x-api-key": "wrong"})
+    assert denied.status_code == 401 and denied.json()["type"] == "error"
+    assert denied.json()["error"]["type"] == "authentication_error"
+    tools = client.post(
+        "/v1/messages", json=body | {"tools": [{"name": "f", "input_schema": {}}]}, headers=headers
+    )
+    assert tools.status_code == 400 and tools.json()["error"]["type"] == "invalid_request_error"
+    missing = client.post(
+        "/v1/messages", json={"model": MODEL, "messages": body["messages"]}, headers=headers
+    )
+    assert missing.status_code == 400 and "max_tokens" in missing.json()["error"]["message"]

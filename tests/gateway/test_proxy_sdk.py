@@ -349,3 +349,80 @@ def test_listed_paths_pass_through_and_others_do_not(proxy: Proxy) -> None:
             files.status_code == 404 and files.json()["error"]["code"] == "unknown_url"
         )  # never unless listed
         assert "x-kvgate-cache" not in files.headers
+
+
+@pytest.fixture(scope="module")
+def claude(proxy: Proxy) -> Iterator[tuple[Any, Any]]:
+    import anthropic
+
+    kvgate_url = str(proxy.kvgate.base_url).removesuffix("/").removesuffix("/v1")
+    direct_url = str(proxy.direct.base_url).removesuffix("/").removesuffix("/v1")
+    with (
+        anthropic.Anthropic(base_url=kvgate_url, api_key="x", max_retries=0) as kvgate,
+        anthropic.Anthropic(base_url=direct_url, api_key="x", max_retries=0) as direct,
+    ):
+        yield kvgate, direct
+
+
+def test_anthropic_messages_json_stream_and_tools(proxy: Proxy, claude: tuple[Any, Any]) -> None:
+    kvgate, direct = claude
+    request = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hello Claude"}],
+    }
+    expected = direct.messages.create(**request)
+    miss = kvgate.messages.with_raw_response.create(**request)
+    calls = len(proxy.calls)
+    hit = kvgate.messages.with_raw_response.create(**request)
+    assert miss.headers["x-kvgate-cache"] == "miss" and hit.headers["x-kvgate-cache"] == "exact-hit"
+    assert (
+        len(proxy.calls) == calls
+        and proxy.calls[-1]["version"] == miss.http_request.headers["anthropic-version"]
+    )
+    for answer in (miss.parse(), hit.parse()):
+        assert answer.model_dump(exclude={"id"}) == expected.model_dump(exclude={"id"})
+
+    with kvgate.messages.stream(**request) as stream:  # a streamed hit
+        streamed = stream.get_final_message()
+    assert len(proxy.calls) == calls and streamed.model_dump(exclude={"id"}) == expected.model_dump(
+        exclude={"id"}
+    )
+    fresh = request | {"messages": [{"role": "user", "content": "Stream me, Claude"}]}
+    with kvgate.messages.stream(**fresh) as stream:  # a streamed miss, relayed
+        relayed = stream.get_final_message()
+    assert relayed.content[0].text == "claude-ish answer to: Stream me, Claude"
+    assert kvgate.messages.with_raw_response.create(**fresh).headers["x-kvgate-cache"] == "exact-hit"
+
+    tool = {
+        "name": "get_weather",
+        "description": "Weather",
+        "input_schema": {"type": "object", "properties": {}},
+    }
+    with_tools = request | {"tools": [tool], "messages": [{"role": "user", "content": "Weather in Rome?"}]}
+    used = kvgate.messages.create(**with_tools)
+    assert used.stop_reason == "tool_use" and used.content[0].type == "tool_use"
+    with kvgate.messages.stream(**with_tools) as stream:  # the stored tool_use, streamed as input_json deltas
+        assert stream.get_final_message().content[0].input == {"city": "Paris"}
+    reworded = with_tools | {"messages": [{"role": "user", "content": "Weather in Rome, please?"}]}
+    assert kvgate.messages.with_raw_response.create(**reworded).headers["x-kvgate-cache"] == "miss"
+
+
+def test_anthropic_errors_keep_anthropics_shape(proxy: Proxy, claude: tuple[Any, Any]) -> None:
+    import anthropic
+    import httpx
+
+    kvgate, _ = claude
+    with pytest.raises(anthropic.BadRequestError) as error:  # max_tokens missing (the SDK would not send it)
+        kvgate.messages.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=0)
+    assert (
+        error.value.body["type"] == "error" and error.value.body["error"]["type"] == "invalid_request_error"
+    )
+    assert "max_tokens" in error.value.body["error"]["message"]
+    refusal = {"model": MODEL, "max_tokens": 20, "messages": [{"role": "user", "content": "please refuse"}]}
+    for _ in range(2):  # a refusal is never stored
+        assert kvgate.messages.with_raw_response.create(**refusal).headers["x-kvgate-cache"] == "miss"
+    base = str(proxy.kvgate.base_url).rstrip("/")
+    raw = httpx.post(f"{base}/messages", content=b"{not json", headers={"x-api-key": "x"})
+    assert raw.status_code == 400 and raw.json()["type"] == "error"

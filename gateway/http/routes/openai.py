@@ -30,7 +30,7 @@ from gateway.http.rendering import SSE_DONE, Renderer, sse
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.observability.tracing import Tracing
-from gateway.service import AnyRequest, CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
+from gateway.service import CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
 from gateway.traffic.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
 from gateway.traffic.limits import refuse_unsupported
 from gateway.traffic.ratelimit import Admission, RateLimiter
@@ -38,6 +38,7 @@ from gateway.traffic.tenant_policy import PRIORITY_HEADER
 from semantic.cache import CacheControl
 
 router = APIRouter(prefix="/v1")
+OpenAIRequestBody = ChatCompletionRequest | CompletionRequest | ResponsesRequest
 JSON = "application/json"
 
 
@@ -92,7 +93,7 @@ async def models(service: ServiceDep, tenant: CurrentTenant) -> ModelList:
     return ModelList(data=[ModelCard(id=name, created=created) for name in service.backend.served_models()])
 
 
-async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response:
+async def _complete(request: OpenAIRequestBody, tenant: str, http: Request) -> Response:
     state = http.app.state
     service: CompletionService = state.service
     limiter: RateLimiter = state.limiter
@@ -132,19 +133,19 @@ async def _complete(request: AnyRequest, tenant: str, http: Request) -> Response
         return response
 
 
-def _operation(request: AnyRequest) -> str:
+def _operation(request: OpenAIRequestBody) -> str:
     if isinstance(request, ResponsesRequest):
         return "responses"
     return "chat" if isinstance(request, ChatCompletionRequest) else "text_completion"
 
 
-def _route(request: AnyRequest) -> str:
+def _route(request: OpenAIRequestBody) -> str:
     if isinstance(request, ResponsesRequest):
         return "responses"
     return "chat" if isinstance(request, ChatCompletionRequest) else "completions"
 
 
-def _span_request(request: AnyRequest) -> dict[str, Any]:
+def _span_request(request: OpenAIRequestBody) -> dict[str, Any]:
     return {
         "max_tokens": request.max_new_tokens,
         "temperature": request.temperature,
@@ -202,7 +203,7 @@ def _log(
 
 
 async def _respond(
-    request: AnyRequest, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
+    request: OpenAIRequestBody, answer: CachedAnswer | LiveAnswer, headers: dict[str, str]
 ) -> Response:
     if isinstance(request, ResponsesRequest):
         return await _respond_responses(request, answer, headers)

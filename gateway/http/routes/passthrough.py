@@ -26,7 +26,7 @@ from gateway.traffic.ratelimit import Admission, RateLimiter
 router = APIRouter(prefix="/v1")
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # kvgate's own routes: another method on them is a 405, as without this route, never a pass-through.
-OWN_PATHS = frozenset({"chat/completions", "completions", "responses", "embeddings", "models"})
+OWN_PATHS = frozenset({"chat/completions", "completions", "responses", "embeddings", "models", "messages"})
 # What travels on besides the body: how to read it, and what the client accepts.
 FORWARDED_HEADERS = ("content-type", "accept", "openai-beta", "idempotency-key")
 RETURNED_HEADERS = ("content-type", "content-disposition", "openai-processing-ms", "x-request-id")
