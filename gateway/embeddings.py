@@ -100,7 +100,9 @@ class EmbeddingsService:
         }
         result = "bypass" if call.control.bypass else ("exact_hit" if not missing else "miss")
         answer = EmbeddingsAnswer(whole, result, cached, len(inputs))
-        service.stats.record(call.tenant, request.model, result, 0, 0.0, scope_id=scopes[0].scope_id)
+        service.stats.record(
+            call.tenant, request.model, result, 0, 0.0, scope_id=scopes[0].scope_id, route=ENDPOINT
+        )
         service.metrics.requests.labels(ENDPOINT, call.tenant, request.model, result).inc()
         return answer
 

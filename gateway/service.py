@@ -286,7 +286,9 @@ class CompletionService:
     ) -> None:
         tokens = _tokens(stored) if stored is not None else 0
         seconds = stored.generation_s if stored is not None else 0.0
-        self.stats.record(call.tenant, scope.model, result, tokens, seconds, scope_id=scope.scope_id)
+        self.stats.record(
+            call.tenant, scope.model, result, tokens, seconds, scope_id=scope.scope_id, route=scope.endpoint
+        )
         metrics = self.metrics
         metrics.requests.labels(scope.endpoint, call.tenant, scope.model, result).inc()
         if stored is not None:

@@ -68,8 +68,8 @@ class HitStats:
     def __init__(self, clock: Any = time.time) -> None:
         self._clock = clock
         self.started = clock()
-        self._since_start: dict[tuple[str, str], Tally] = defaultdict(Tally)
-        self._buckets: deque[tuple[int, dict[tuple[str, str], Tally]]] = deque()
+        self._since_start: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
+        self._buckets: deque[tuple[int, dict[tuple[str, str, str], Tally]]] = deque()
         self.scopes = ScopeHits()
 
     def record(
@@ -80,8 +80,9 @@ class HitStats:
         tokens_saved: int = 0,
         seconds_saved: float = 0.0,
         scope_id: str | None = None,
+        route: str = "chat",
     ) -> None:
-        key = (tenant, model)
+        key = (tenant, model, route)
         if scope_id is not None and result in ("exact_hit", "semantic_hit"):
             self.scopes.add(scope_id, tenant, model, result)
         self._since_start[key].add(result, tokens_saved, seconds_saved)
@@ -95,7 +96,7 @@ class HitStats:
         """Overall, per tenant and per model; `tenant` restricts every section to one tenant."""
         minute = int(self._clock() // _BUCKET_S)
         self._drop_old(minute)
-        last_hour: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        last_hour: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
         timeline = []
         for bucket_minute, bucket in self._buckets:
             point = Tally()
@@ -125,7 +126,7 @@ class HitStats:
     def merged(cls, exports: list[dict[str, Any]], clock: Any = time.time) -> HitStats:
         """One `HitStats` counting what every exporter counted (uptime from the earliest start)."""
         stats = cls(clock)
-        by_minute: dict[int, dict[tuple[str, str], Tally]] = {}
+        by_minute: dict[int, dict[tuple[str, str, str], Tally]] = {}
         for data in exports:
             stats.started = min(stats.started, float(data["started"]))
             _merge_tallies(stats._since_start, data["since_start"])
@@ -140,30 +141,33 @@ class HitStats:
             self._buckets.popleft()
 
 
-def _export_tallies(tallies: dict[tuple[str, str], Tally]) -> list[list[Any]]:
-    return [[tenant, model, tally.export()] for (tenant, model), tally in tallies.items()]
+def _export_tallies(tallies: dict[tuple[str, str, str], Tally]) -> list[list[Any]]:
+    return [[tenant, model, route, tally.export()] for (tenant, model, route), tally in tallies.items()]
 
 
-def _merge_tallies(into: dict[tuple[str, str], Tally], exported: list[list[Any]]) -> None:
-    for tenant, model, data in exported:
-        key = (str(tenant), str(model))
+def _merge_tallies(into: dict[tuple[str, str, str], Tally], exported: list[list[Any]]) -> None:
+    for tenant, model, route, data in exported:
+        key = (str(tenant), str(model), str(route))
         if key not in into:
             into[key] = Tally()
         into[key].merge(Tally.from_export(data))
 
 
-def _sections(tallies: dict[tuple[str, str], Tally], tenant: str | None) -> dict[str, Any]:
+def _sections(tallies: dict[tuple[str, str, str], Tally], tenant: str | None) -> dict[str, Any]:
     overall = Tally()
     by_tenant: defaultdict[str, Tally] = defaultdict(Tally)
     by_model: defaultdict[str, Tally] = defaultdict(Tally)
-    for (tenant_name, model), tally in tallies.items():
+    by_route: defaultdict[str, Tally] = defaultdict(Tally)
+    for (tenant_name, model, route), tally in tallies.items():
         if tenant is not None and tenant_name != tenant:
             continue
         overall.merge(tally)
         by_tenant[tenant_name].merge(tally)
         by_model[model].merge(tally)
+        by_route[route].merge(tally)
     return {
         "overall": overall.report(),
         "by_tenant": {name: tally.report() for name, tally in sorted(by_tenant.items())},
         "by_model": {name: tally.report() for name, tally in sorted(by_model.items())},
+        "by_route": {name: tally.report() for name, tally in sorted(by_route.items())},
     }

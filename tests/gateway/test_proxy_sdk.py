@@ -426,3 +426,17 @@ def test_anthropic_errors_keep_anthropics_shape(proxy: Proxy, claude: tuple[Any,
     base = str(proxy.kvgate.base_url).rstrip("/")
     raw = httpx.post(f"{base}/messages", content=b"{not json", headers={"x-api-key": "x"})
     assert raw.status_code == 400 and raw.json()["type"] == "error"
+
+
+def test_admin_stats_count_hits_by_route(proxy: Proxy) -> None:
+    import httpx
+
+    from tests.gateway.conftest import admin
+
+    proxy.kvgate.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Count me"}])
+    proxy.kvgate.responses.create(model=MODEL, input="Count me too")
+    proxy.kvgate.embeddings.create(model="upstream-embed", input="count me as well")
+    base = str(proxy.kvgate.base_url).removesuffix("/").removesuffix("/v1")
+    routes = httpx.get(f"{base}/admin/stats", headers=admin()).json()["since_start"]["by_route"]
+    assert {"chat", "responses", "embeddings"} <= routes.keys()
+    assert all(routes[name]["requests"] >= 1 for name in ("chat", "responses", "embeddings"))

@@ -57,7 +57,7 @@ async def passthrough(path: str, tenant: CurrentTenant, http: Request) -> Respon
     started = time.perf_counter()
     headers = {name: value for name in FORWARDED_HEADERS if (value := http.headers.get(name)) is not None}
     answer = await upstream.forward(http.method, path, http.url.query, headers, http.stream())
-    service.stats.record(tenant.name, "", "bypass", 0, 0.0)
+    service.stats.record(tenant.name, "", "bypass", 0, 0.0, route="passthrough")
     service.metrics.requests.labels("passthrough", tenant.name, "", "bypass").inc()
     reply = {name: value for name in RETURNED_HEADERS if (value := answer.headers.get(name)) is not None}
     reply |= {"x-kvgate-cache": "bypass"} | await admission.headers()
