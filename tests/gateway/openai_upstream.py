@@ -252,7 +252,12 @@ def response_answer(body: dict[str, Any]) -> dict[str, Any]:
             }
         ]
     else:
-        text = f"response to: {question}"
+        outputs = [
+            str(item.get("output"))
+            for item in (body["input"] if isinstance(body["input"], list) else [])
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        text = f"The tool says: {outputs[-1]}" if outputs else f"response to: {question}"
         content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
         output = [
             {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": content}

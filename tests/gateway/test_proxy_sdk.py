@@ -440,3 +440,40 @@ def test_admin_stats_count_hits_by_route(proxy: Proxy) -> None:
     routes = httpx.get(f"{base}/admin/stats", headers=admin()).json()["since_start"]["by_route"]
     assert {"chat", "responses", "embeddings"} <= routes.keys()
     assert all(routes[name]["requests"] >= 1 for name in ("chat", "responses", "embeddings"))
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_an_openai_agents_agent_with_a_function_tool(proxy: Proxy, api: str) -> None:
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)  # nothing leaves this machine
+    asked: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        asked.append(city)
+        return f"18 C in {city}"
+
+    async with openai.AsyncOpenAI(base_url=str(proxy.kvgate.base_url), api_key="x", max_retries=0) as client:
+        model = (
+            OpenAIResponsesModel(MODEL, client)
+            if api == "responses"
+            else OpenAIChatCompletionsModel(MODEL, client)
+        )
+        agent = Agent(
+            name="weather", instructions="Answer with the weather.", tools=[get_weather], model=model
+        )
+        first = await Runner.run(agent, f"Weather in Paris via {api}?")
+        calls = len(proxy.calls)
+        second = await Runner.run(agent, f"Weather in Paris via {api}?")
+    assert asked == ["Paris", "Paris"]  # the tool ran each time: the cache replays the model, not the tool
+    assert first.final_output == second.final_output and "18 C in Paris" in str(first.final_output)
+    assert len(proxy.calls) == calls  # both model turns of the second run were exact hits
