@@ -10,6 +10,7 @@ a JSON object with the schema's required string fields. `calls` records every re
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -36,7 +37,8 @@ EMBEDDING_MODEL = "upstream-embed"
 FINGERPRINT = "fp_upstream_1"
 
 
-def build_openai_upstream(calls: list[dict[str, Any]]) -> FastAPI:
+def build_openai_upstream(calls: list[dict[str, Any]], seconds_per_input: float = 0.0) -> FastAPI:
+    """`seconds_per_input`: time an embeddings request spends per input (a bench upstream's fixed cost)."""
     app = FastAPI()
 
     @app.get("/v1/models")
@@ -134,6 +136,8 @@ def build_openai_upstream(calls: list[dict[str, Any]]) -> FastAPI:
         body = await request.json()
         calls.append(body)
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if seconds_per_input:
+            await asyncio.sleep(seconds_per_input * len(inputs))
         dimensions = int(body.get("dimensions") or 8)
         data = []
         for index, text in enumerate(inputs):
