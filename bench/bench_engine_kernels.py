@@ -5,7 +5,7 @@
 The same `make_projection` modules the engine runs (random weights; speed does not depend on values), best of
 5 rounds. The shapes are a layer's four projections (q/k/v fused, o, gate/up fused, down) and the tied head,
 which is int8 in the int4 format. Read it with `torch.backends.cpu.get_cpu_capability()`, printed first:
-which format wins is a property of the CPU (see engine/weights_choice.py).
+which format wins is a property of the CPU (see engine/weights/choice.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.weights_format import WEIGHTS_FORMATS, make_projection
+from engine.weights.formats import WEIGHTS_FORMATS, make_projection
 
 SHAPES = {
     "qkv": (576, 960),

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.loader import ensure_hf_folder, load_model
-from engine.model_files import resolve_generator
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
+from engine.weights.loader import ensure_hf_folder, load_model
+from engine.weights.model_files import resolve_generator
 from gateway.runtime.settings import Settings
 
 BLOCK_SIZE = 16

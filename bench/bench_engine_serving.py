@@ -28,10 +28,10 @@ from typing import Any
 import torch
 
 from engine.engine import EngineConfig, LLMEngine, build_engine
-from engine.loader import ensure_hf_folder, load_model
-from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
+from engine.weights.loader import ensure_hf_folder, load_model
+from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 
 DEFAULT_MODEL_DIR = Path("/root/.cache/kvgate/models")
 BLOCK_SIZE = 16

@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--rss-only", action="store_true", help="only the engine-alone RSS figures")
     args = parser.parse_args(argv)
-    from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+    from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
     from gateway.runtime.settings import Settings
 
     gguf = Path(resolve_generator(DEFAULT_GENERATOR_NAME, Settings().model_dir).location)
@@ -316,8 +316,8 @@ ENGINE_ALONE = """
 import ctypes, json, os, sys
 import torch
 from engine.engine import build_engine
-from engine.loader import load_model
-from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from engine.weights.loader import load_model
+from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from engine.sampler import SamplingParams
 from gateway.runtime.settings import Settings
 

@@ -1,4 +1,4 @@
-"""The decode step in one native call, for models stored in int4 (`engine/native/decode_step.c`).
+"""The decode step in one native call, for models stored in int4 (`engine/model/native/decode_step.c`).
 
 A batch-1 decode step in torch is ~1,650 eager op dispatches over 30 layers and torch's weight-only int4
 kernel; on this project's CPUs that step was 20 ms against llama.cpp's 14 (docs/benchmarks.md). This runs
@@ -20,11 +20,11 @@ from typing import Literal
 
 import torch
 
-from engine.attention import KVCache
-from engine.model import LlamaModel, rope_cos_sin
-from engine.native_build import cpu_isa, load_decode_library
-from engine.paging import PagingMetadata
-from engine.quantized import GROUP_SIZE, Int4Linear, Int8GroupLinear, Int8Linear
+from engine.model.attention import KVCache
+from engine.model.llama import LlamaModel, rope_cos_sin
+from engine.model.native_build import cpu_isa, load_decode_library
+from engine.model.paging import PagingMetadata
+from engine.model.quantized import GROUP_SIZE, Int4Linear, Int8GroupLinear, Int8Linear
 
 DecodeKernel = Literal["auto", "native", "torch"]
 

@@ -2,7 +2,7 @@
 
    Every row of the batch adds one token. Per layer: RMSNorm, q/k/v, RoPE, the new K/V written into the paged
    cache, attention over the row's cached context, o, RMSNorm, gate/up, SiLU, down, each residual added; then
-   the final norm and the head. The Python engine (engine/native_decode.py) owns every buffer and decides the
+   the final norm and the head. The Python engine (engine/model/native_decode.py) owns every buffer and decides the
    batch; this file only computes.
 
    Weights are multiplied the way llama.cpp multiplies Q4_1 and Q8_0 weights on CPU: each activation row is

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import AttentionPlan, KVCache, paged_attention, write_kv
-from engine.config import ModelConfig, RopeConfig
-from engine.paging import PagingMetadata
+from engine.model.attention import AttentionPlan, KVCache, paged_attention, write_kv
+from engine.model.config import ModelConfig, RopeConfig
+from engine.model.paging import PagingMetadata
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -105,7 +105,7 @@ class Bf16Linear(Linear):
 
 
 Projection = nn.Module
-"""What a layer multiplies by: `Linear`, `Bf16Linear`, or one of `engine.quantized`'s linears.
+"""What a layer multiplies by: `Linear`, `Bf16Linear`, or one of `engine.model.quantized`'s linears.
 Each maps (T, in) float32 to (T, out) float32 and has `dequantized()`; the head also has `embed()`."""
 
 
@@ -200,7 +200,7 @@ class LlamaModel(nn.Module):
         self.norm = nn.Parameter(torch.ones(config.hidden_size))
         self.lm_head: Projection = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.weights_format = "fp32"
-        """How the projections are stored: fp32, bf16, int8 or int4 (`engine.weights_format`)."""
+        """How the projections are stored: fp32, bf16, int8 or int4 (`engine.weights.formats`)."""
         # A plain attribute, not a buffer: `.to(dtype)` must not round rotation speeds to low precision.
         self.inv_freq = rope_inverse_frequencies(config.head_dim, config.rope)
 

@@ -116,7 +116,7 @@ class Int4Linear(nn.Module):
         scales_and_zeros = torch.stack((weight.scales.t(), weight.zeros.t()), dim=-1).bfloat16().contiguous()
         self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.bias = None if bias is None else nn.Parameter(bias.float(), requires_grad=False)
-        # The same codes, scales and zeros in the block layout of the fused decode step (engine/native/).
+        # The same codes, scales and zeros in the block layout of the fused decode step (engine/model/native/).
         self.blocks = q4_blocks(weight, scales_and_zeros) if decode_blocks else None
         self._reference = weight  # for dequantized(); dropped by `drop_reference` once loaded
 

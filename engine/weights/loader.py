@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.config import ModelConfig
-from engine.gguf_weights import UnsupportedGguf, projection_storage, read_gguf_weights
-from engine.model import LlamaModel
-from engine.model_files import GeneratorSource, SourceKind
-from engine.weights_format import SourceWeight, WeightsFormat, build_model
+from engine.model.config import ModelConfig
+from engine.model.llama import LlamaModel
+from engine.weights.formats import SourceWeight, WeightsFormat, build_model
+from engine.weights.gguf_weights import UnsupportedGguf, projection_storage, read_gguf_weights
+from engine.weights.model_files import GeneratorSource, SourceKind
 
 logger = logging.getLogger("kvgate.engine")
 
@@ -53,7 +53,7 @@ def load_model(
 ) -> LoadedModel:
     """Load weights, tokenizer and chat template from one source (see the module docstring).
 
-    `weights` other than fp32 builds the projections in that format (`engine.weights_format`), on the CPU:
+    `weights` other than fp32 builds the projections in that format (`engine.weights.formats`), on the CPU:
     from a llama GGUF they are read as stored (4- and 8-bit codes kept), from anything else from the float folder.
     """
     folder = ensure_hf_folder(source, model_dir)
@@ -114,7 +114,7 @@ def convert_gguf(gguf: Path, target: Path) -> None:
 
 def weights_storage(source: GeneratorSource) -> str:
     """How the source stores its projections: `4-bit`, `quantized` or `float` (`projection_storage`);
-    `auto` never picks a format that would keep less than that (`engine.weights_choice`)."""
+    `auto` never picks a format that would keep less than that (`engine.weights.choice`)."""
     if source.kind is not SourceKind.GGUF_FILE or not Path(source.location).is_file():
         return "float"
     return projection_storage(Path(source.location))

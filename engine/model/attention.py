@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.config import ModelConfig
-from engine.paging import PagingMetadata
+from engine.model.config import ModelConfig
+from engine.model.paging import PagingMetadata
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Compile the fused decode step (engine/native/decode_step.c) for this CPU, once, and load it.
+"""Compile the fused decode step (engine/model/native/decode_step.c) for this CPU, once, and load it.
 
 The library is built with the machine's C compiler (`$CC`, else `cc` or `gcc`) on first use, in about two
 seconds, into the user cache (`~/.cache/kvgate/native/`), named by the source's hash and the instruction set

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine, RequestOutput, build_engine
-from engine.loader import LoadedModel
 from engine.metrics import EngineStats
 from engine.sampler import SamplingParams
 from engine.sequence import FinishReason
+from engine.weights.loader import LoadedModel
 
 __all__ = [
     "AsyncEngineClient",

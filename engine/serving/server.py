@@ -2,9 +2,9 @@
 
 With several gateway workers (`kvgate serve --workers N`) one process owns the model, the paged KV cache
 and the scheduler, so every worker's misses share one prefix cache and one batch. Each worker holds one
-connection and multiplexes its requests over it by request id (`engine.remote_client` is the other end).
+connection and multiplexes its requests over it by request id (`engine.serving.remote_client` is the other end).
 
-Messages (`engine.ipc`, one JSON object per line), worker → engine:
+Messages (`engine.serving.ipc`, one JSON object per line), worker → engine:
     hello                               → hello {model_name, max_model_len, info}
     generate {id, prompt_token_ids, sampling, cache_salt, priority}
                                         → delta {id, text, token_ids}* then finished {id, finish_reason,
@@ -23,9 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine.client import AsyncEngineClient, EngineStopped, Finished
 from engine.engine import ContextLengthExceeded
-from engine.ipc import (
+from engine.serving.client import AsyncEngineClient, EngineStopped, Finished
+from engine.serving.ipc import (
     MAX_LINE_BYTES,
     ConnectionClosed,
     Message,

@@ -3,7 +3,7 @@
 
 The `gguf` package reads the file (memory-mapped); this module only decodes 4- and 8-bit blocks and undoes the one
 layout change llama.cpp's converter makes, the rotary permutation of q and k rows, exactly as transformers'
-GGUF loader does, so that the result equals the dequantised folder `engine.loader` writes. Other quantised
+GGUF loader does, so that the result equals the dequantised folder `engine.weights.loader` writes. Other quantised
 types are dequantised with `gguf.quants` (the engine then quantises them to its own formats).
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFReader, quants
 
-from engine.quantized import Int4Groups, Int8Groups
+from engine.model.quantized import Int4Groups, Int8Groups
 
 _Q4_BLOCK = 32
 _Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles: value = code * d + m

@@ -25,9 +25,9 @@ from typing import Literal, get_args
 import torch
 from torch import nn
 
-from engine.config import ModelConfig
-from engine.model import Bf16Linear, Linear, LlamaModel, Projection
-from engine.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
+from engine.model.config import ModelConfig
+from engine.model.llama import Bf16Linear, Linear, LlamaModel, Projection
+from engine.model.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
 
 WeightsFormat = Literal["fp32", "bf16", "int8", "int4"]
 WEIGHTS_FORMATS: tuple[WeightsFormat, ...] = get_args(WeightsFormat)

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from engine.config import ModelConfig
-from engine.native_build import cpu_isa, load_decode_library
-from engine.quantized import GROUP_SIZE
-from engine.weights_format import WEIGHTS_FORMATS, WeightsFormat, make_projection
+from engine.model.config import ModelConfig
+from engine.model.native_build import cpu_isa, load_decode_library
+from engine.model.quantized import GROUP_SIZE
+from engine.weights.formats import WEIGHTS_FORMATS, WeightsFormat, make_projection
 
 logger = logging.getLogger("kvgate.engine")
 
@@ -76,7 +76,7 @@ class WeightsChoice:
         }
 
 
-# What `auto` may pick, by how the source stores its projections (`engine.loader.weights_storage`): never
+# What `auto` may pick, by how the source stores its projections (`engine.weights.loader.weights_storage`): never
 # fewer bits than the file kept. A float model is not quantised behind the user's back; an 8-bit or
 # K-quant GGUF may go to int8 (one scale per row), not to int4; only a 4-bit GGUF's codes go to int4 as
 # they are.
@@ -94,7 +94,7 @@ def choose_weights(
     source stores its projections, which bounds what `auto` considers (`CANDIDATES`).
 
     With 4-bit source weights, `auto` keeps them as int4 without timing torch's kernels where the native
-    decode step (`engine.native_decode`, `decode_kernel` not `torch`) builds on this machine: every decode
+    decode step (`engine.model.native_decode`, `decode_kernel` not `torch`) builds on this machine: every decode
     step then runs there, not on torch's kernels (measured 1.7x llama.cpp's single stream, docs/benchmarks.md).
     Timing torch's kernels would answer another question, and under load it once picked int8 here."""
     if requested != "auto" and requested not in WEIGHTS_FORMATS:

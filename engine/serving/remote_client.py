@@ -20,7 +20,10 @@ from collections.abc import Sequence as SequenceOf
 from pathlib import Path
 from typing import Any
 
-from engine.client import (
+from engine.engine import ContextLengthExceeded
+from engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineStats, Histogram
+from engine.sampler import SamplingParams
+from engine.serving.client import (
     EngineError,
     EngineEvent,
     EngineStopped,
@@ -30,8 +33,7 @@ from engine.client import (
     encode_chat,
     encode_prompt,
 )
-from engine.engine import ContextLengthExceeded
-from engine.ipc import (
+from engine.serving.ipc import (
     ConnectionClosed,
     Message,
     open_connection,
@@ -40,8 +42,6 @@ from engine.ipc import (
     send,
     stats_from_wire,
 )
-from engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineStats, Histogram
-from engine.sampler import SamplingParams
 
 logger = logging.getLogger("kvgate.engine.remote")
 

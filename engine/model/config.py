@@ -14,7 +14,7 @@ from typing import Any
 # Model types whose forward pass is ours: same blocks, different bias and naming conventions.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
-# The rope variants `engine.model.rope_frequencies` implements. Others (dynamic NTK, YaRN, LongRoPE)
+# The rope variants `engine.model.llama.rope_frequencies` implements. Others (dynamic NTK, YaRN, LongRoPE)
 # change with the sequence length or rescale attention, and are refused rather than silently approximated.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
