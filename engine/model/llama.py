@@ -74,7 +74,7 @@ class Linear(nn.Module):
 
     Decode multiplies one row per sequence by every weight, so it is bound by streaming weight bytes; on
     this CPU, MKL streams this layout about 1.5-2x faster than nn.Linear's for one-row inputs (measured with
-    1 and 2 threads, see bench/bench_engine_model.py), and prefill-sized inputs run at about the same speed.
+    1 and 2 threads, see bench/engine/bench_engine_model.py), and prefill-sized inputs run at about the same speed.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:

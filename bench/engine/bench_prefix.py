@@ -1,7 +1,7 @@
 """Cost of the prefix cache's bookkeeping next to one decode step of the real model.
 
-    .venv/bin/python bench/bench_prefix.py                  # 4k-token prompts, block size 16, ~2 s
-    .venv/bin/python bench/bench_prefix.py --repeats 20     # quicker, noisier
+    .venv/bin/python bench/engine/bench_prefix.py                  # 4k-token prompts, block size 16, ~2 s
+    .venv/bin/python bench/engine/bench_prefix.py --repeats 20     # quicker, noisier
 
 For 4k-token prompts it times, per prompt and per 1k tokens:
   - cold: a prompt never seen before — lookup + allocate (one miss), cache_full_blocks after the

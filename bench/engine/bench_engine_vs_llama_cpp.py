@@ -1,7 +1,7 @@
 """kvgate's engine beside llama-server on the same GGUF, over loopback HTTP with one client script.
 
     make llama-server                                   # once: builds it from the llama-cpp-python sdist
-    .venv/bin/python bench/bench_engine_vs_llama_cpp.py [--threads 1 2] [--weights int4 fp32]
+    .venv/bin/python bench/engine/bench_engine_vs_llama_cpp.py [--threads 1 2] [--weights int4 fp32]
 
 Servers, each started alone (nothing else runs while one is measured): kvgate in engine mode with
 `KVGATE_ENGINE_WEIGHTS` set to each `--weights` (`Cache-Control: no-cache, no-store` on every request, so
@@ -36,10 +36,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_hit_path import rss_mb, running  # noqa: E402
+from bench.gateway.bench_hit_path import rss_mb, running  # noqa: E402
 from tests.reliability.redis_proc import free_port  # noqa: E402
 
 DEFAULT_LLAMA_SERVER = ROOT / ".venv" / "llama.cpp" / "build" / "bin" / "llama-server"
@@ -353,7 +353,9 @@ def baseline_rss(revision: str) -> dict[str, Any]:
 
 
 def report(results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]]) -> None:
-    print("\n## engine vs llama-server, same GGUF, loopback HTTP (bench/bench_engine_vs_llama_cpp.py)\n")
+    print(
+        "\n## engine vs llama-server, same GGUF, loopback HTTP (bench/engine/bench_engine_vs_llama_cpp.py)\n"
+    )
     for threads in sorted({r["threads"] for r in results}):
         rows = [r for r in results if r["threads"] == threads]
         peers = {r["server"]: r for r in rows}

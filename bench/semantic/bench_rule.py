@@ -1,7 +1,7 @@
 """Measure the decision rule on held-out pairs, piece by piece, and (optionally) write the shipped calibration.
 
-    .venv/bin/python bench/bench_rule.py                       # report only
-    .venv/bin/python bench/bench_rule.py --write-calibration   # also refit semantic/rule/calibration.json
+    .venv/bin/python bench/semantic/bench_rule.py                       # report only
+    .venv/bin/python bench/semantic/bench_rule.py --write-calibration   # also refit semantic/rule/calibration.json
 
 Splits are those of `semantic.pair_sets`: the calibration is fitted on the `calibration` parts of the
 reviewed Quora sample and the adversarial pairs together; every figure is reported on their `test` parts
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.evaluation import (
     PairOutcome,
@@ -46,8 +46,8 @@ from semantic.rule.near_duplicate import near_duplicate_reason
 from semantic.rule.verdict import Verdict
 from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-CACHE_DIR = Path(__file__).resolve().parent / "out"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
 LOW_COSINE = 0.5
 REPORTED = ("reviewed/test", "adversarial/test", "mrpc/test")
 Floats = npt.NDArray[np.float64]

@@ -8,7 +8,7 @@ and the bytes of growth per stored entry. It fails on 5xx, dropped connections, 
 `--bytes-per-entry` per stored entry plus `--slack-mb`.
 
     python -m bench soak                          # 20 minutes after a one-minute warm-up
-    python bench/bench_soak.py --minutes 3 --trace  # and where Python's allocations grew, by line
+    python bench/gateway/bench_soak.py --minutes 3 --trace  # and where Python's allocations grew, by line
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import numpy as np
 import psutil
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_reliability import run_load  # noqa: E402
+from bench.gateway.bench_reliability import run_load  # noqa: E402
 from tests.reliability.kvgate_runner import KvgateProcess  # noqa: E402
 from tests.reliability.redis_proc import RedisProcess  # noqa: E402
 

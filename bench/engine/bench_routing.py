@@ -1,7 +1,7 @@
 """Prefix-cache hit rate across several engine nodes: random routing next to prefix-affinity routing.
 
-    .venv/bin/python bench/bench_routing.py                    # 4 nodes, 4,000 requests, ~10 s
-    .venv/bin/python bench/bench_routing.py --nodes 8 --requests 8000 --seed 1
+    .venv/bin/python bench/engine/bench_routing.py                    # 4 nodes, 4,000 requests, ~10 s
+    .venv/bin/python bench/engine/bench_routing.py --nodes 8 --requests 8000 --seed 1
 
 A simulation, not a measurement of the engine: each node is an LRU of KV block hashes with a fixed
 capacity in blocks (the engine's pool evicts its free cached blocks least-recently-used first). Block

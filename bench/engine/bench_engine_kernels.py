@@ -1,6 +1,6 @@
 """Microseconds of one projection of SmolLM2-135M in each weights format, per shape, batch and thread count.
 
-    .venv/bin/python bench/bench_engine_kernels.py [--threads 1 2] [--batches 1 16 64]
+    .venv/bin/python bench/engine/bench_engine_kernels.py [--threads 1 2] [--batches 1 16 64]
 
 The same `make_projection` modules the engine runs (random weights; speed does not depend on values), best of
 5 rounds. The shapes are a layer's four projections (q/k/v fused, o, gate/up fused, down) and the tied head,

@@ -1,6 +1,6 @@
 """GPTCache behind HTTP the way its own server (`gptcache_server.server`) serves it: `/get` and `/put`.
 
-Run by bench/bench_hit_path.py as `python bench/gptcache_http.py PORT DATA_DIR COSINE`. GPTCache 0.1.44's
+Run by bench/gateway/bench_hit_path.py as `python bench/gateway/gptcache_http.py PORT DATA_DIR COSINE`. GPTCache 0.1.44's
 server module cannot be imported beside openai>=1 (its OpenAI adapter needs openai<1), so its two cache
 endpoints are restated here as it writes them: FastAPI, an `async def` route calling GPTCache's blocking
 `get` / `put` with the global cache. GPTCache runs offline only with an embedding function passed in: this

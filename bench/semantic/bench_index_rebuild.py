@@ -1,6 +1,6 @@
 """A large scope's index rebuilds: blocking the event loop (as before) vs in the background, side by side.
 
-    .venv/bin/python bench/bench_index_rebuild.py            # 200k vectors, ~5 min on 2 cores
+    .venv/bin/python bench/semantic/bench_index_rebuild.py            # 200k vectors, ~5 min on 2 cores
 
 A scope crossing the HNSW threshold, and a scope whose tombstones pass the ratio, both need every vector
 copied into a new index. Run inline (`ScopeIndex.rebuild`, on the loop's thread) the loop stalls for

@@ -1,7 +1,7 @@
 """`kvgate serve --workers 2` next to `--workers 1`, measured side by side in one run (default settings).
 
-    .venv/bin/python bench/bench_workers.py              # both parts, ~6 minutes on 2 cores
-    .venv/bin/python bench/bench_workers.py --part hits  # only the hit path
+    .venv/bin/python bench/gateway/bench_workers.py              # both parts, ~6 minutes on 2 cores
+    .venv/bin/python bench/gateway/bench_workers.py --part hits  # only the hit path
 
 Hits (reverse-proxy mode over an instant local upstream, so only the cache path runs; embedded store):
 exact and semantic hits/s with `wrk -t1 -c32` (a fresh case variant of a stored prompt per semantic
@@ -28,12 +28,12 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_hit_path import FRAMES, SUBJECTS, fill, sequential, variant_prompts, wrk  # noqa: E402
-from bench.wrk_scripts import fixed_body_script, variant_script  # noqa: E402
+from bench.gateway.bench_hit_path import FRAMES, SUBJECTS, fill, sequential, variant_prompts, wrk  # noqa: E402
+from bench.gateway.wrk_scripts import fixed_body_script, variant_script  # noqa: E402
 from tests.gateway.upstream_server import upstream_process  # noqa: E402
 from tests.integration.workers_cluster import Cluster  # noqa: E402
 
@@ -240,7 +240,7 @@ def _at_once(threads: list[threading.Thread]) -> float:
 
 
 def report(results: dict[str, dict[str, Any]]) -> None:
-    print("\n## kvgate serve --workers (bench/bench_workers.py)\n")
+    print("\n## kvgate serve --workers (bench/gateway/bench_workers.py)\n")
     one, two = results.get("hits, --workers 1"), results.get("hits, --workers 2")
     if one and two:
         print("| hits (reverse-proxy mode, instant upstream) | --workers 1 | --workers 2 | ratio |")

@@ -1,11 +1,11 @@
 """The hit path through HTTP, kvgate next to GPTCache, in one run: semantic and exact hits, 1 and 32 clients.
 
-    .venv/bin/python bench/bench_hit_path.py                     # kvgate (this tree) and GPTCache
-    .venv/bin/python bench/bench_hit_path.py --before ../old     # plus kvgate from another checkout
+    .venv/bin/python bench/gateway/bench_hit_path.py                     # kvgate (this tree) and GPTCache
+    .venv/bin/python bench/gateway/bench_hit_path.py --before ../old     # plus kvgate from another checkout
 
 kvgate runs as `kvgate serve` with its default settings (embedded store, the shipped rule at its default
 target) in reverse-proxy mode over an instant local upstream (tests/gateway/upstream_server.py); GPTCache
-runs its own HTTP server (`gptcache_server`) with the same MiniLM, FAISS and sqlite (bench/gptcache_http.py).
+runs its own HTTP server (`gptcache_server`) with the same MiniLM, FAISS and sqlite (bench/gateway/gptcache_http.py).
 Both are filled with the same prompts, then measured one after the other on the same machine:
 
 - 1 client (Python, sequential): p50 / p99 of exact hits and of semantic hits;
@@ -37,11 +37,11 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.wrk_scripts import fixed_body_script, variant_script  # noqa: E402
+from bench.gateway.wrk_scripts import fixed_body_script, variant_script  # noqa: E402
 from tests.gateway.upstream_server import upstream_process  # noqa: E402
 from tests.reliability.redis_proc import free_port  # noqa: E402
 
@@ -136,7 +136,7 @@ def measure_gptcache(prompts: list[str], folder: Path, args: argparse.Namespace)
     folder.mkdir(parents=True)
     command = [
         sys.executable,
-        str(ROOT / "bench" / "gptcache_http.py"),
+        str(ROOT / "bench" / "gateway" / "gptcache_http.py"),
         str(port),
         str(folder),
         str(GPTCACHE_COSINE),
@@ -252,7 +252,7 @@ def rss_mb(pid: int) -> float:
 
 
 def report(results: dict[str, dict[str, Any]]) -> None:
-    print("\n## hit path through HTTP (bench/bench_hit_path.py)\n")
+    print("\n## hit path through HTTP (bench/gateway/bench_hit_path.py)\n")
     print(f"cpu: {os.cpu_count()} cores; wrk -t1 -c32")
     names = list(results)
     print("| | " + " | ".join(names) + " |")

@@ -1,7 +1,7 @@
 """Serving figures of the engine on SmolLM2-135M (float32, CPU), each measured side by side in one run.
 
-    .venv/bin/python bench/bench_engine_serving.py            # ~6-10 minutes on 2 busy cores
-    .venv/bin/python bench/bench_engine_serving.py --quick    # fewer tokens and repeats, ~2-3 minutes
+    .venv/bin/python bench/engine/bench_engine_serving.py            # ~6-10 minutes on 2 busy cores
+    .venv/bin/python bench/engine/bench_engine_serving.py --quick    # fewer tokens and repeats, ~2-3 minutes
 
 1. Time to first token for a 1,024-token shared prefix + 32-token new suffix, warm (prefix cached by an
    earlier request) vs cold (never seen). Goal: warm / cold <= 0.1.

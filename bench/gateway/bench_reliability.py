@@ -7,7 +7,7 @@ scripted backend, tests/reliability/kvgate_proc.py). Reports requests and p50 / 
 (dropped connections), 5xx, whether every 429 carried `Retry-After`, and the process RSS before / after.
 
     python -m bench reliability              # 200 clients, 60 s
-    python bench/bench_reliability.py --clients 50 --duration 10
+    python bench/gateway/bench_reliability.py --clients 50 --duration 10
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

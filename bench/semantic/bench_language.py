@@ -1,6 +1,6 @@
 """The language gate (`semantic/rule/language.py`): which prompts the English calibration may judge, per set.
 
-    .venv/bin/python bench/bench_language.py
+    .venv/bin/python bench/semantic/bench_language.py
 
 Text only, no model, a few seconds. On the English sets, an English prompt read as another language loses
 its semantic hits (cost, per set); on `multilingual_dev.jsonl`, a prompt of another language read as English
@@ -17,13 +17,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.pair_sets import load_pairs
 from semantic.rule.calibrated import SHIPPED_CALIBRATION, Calibration
 from semantic.rule.language import language_of, pair_refusal, warm
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 ENGLISH_SETS = ("adversarial_dev.jsonl", "qqp_dev_reviewed_6k.jsonl", "chatbot_dev.jsonl", "mrpc_train.jsonl")
 MULTILINGUAL = "multilingual_dev.jsonl"
 

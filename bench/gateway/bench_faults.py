@@ -11,7 +11,7 @@ before the kill is still an exact hit afterwards. Raises (so `python -m bench` f
 not met.
 
     python -m bench faults
-    python bench/bench_faults.py --clients 20 --duration 20 --kill-at 4 --restart-at 8
+    python bench/gateway/bench_faults.py --clients 20 --duration 20 --kill-at 4 --restart-at 8
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_reliability import HEADERS, LoadReport, body, run_load  # noqa: E402
+from bench.gateway.bench_reliability import HEADERS, LoadReport, body, run_load  # noqa: E402
 from tests.reliability.kvgate_runner import KvgateProcess  # noqa: E402
 from tests.reliability.prompts import TOPICS  # noqa: E402
 from tests.reliability.redis_proc import RedisProcess  # noqa: E402

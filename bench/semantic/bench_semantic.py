@@ -1,7 +1,7 @@
 """Semantic cache lookups, kvgate vs GPTCache, side by side in one run on the same entries.
 
-    .venv/bin/python bench/bench_semantic.py                      # 10k entries, ~3-4 min on 2 cores
-    .venv/bin/python bench/bench_semantic.py --filler 1000000 --no-gptcache   # 1M entries in the scope
+    .venv/bin/python bench/semantic/bench_semantic.py                      # 10k entries, ~3-4 min on 2 cores
+    .venv/bin/python bench/semantic/bench_semantic.py --filler 1000000 --no-gptcache   # 1M entries in the scope
 
 Both caches get the same MiniLM embedder object (one torch thread: see --torch-threads), FAISS, the
 same stored prompts and vectors, and an equivalent cosine threshold (GPTCache's similarity_threshold

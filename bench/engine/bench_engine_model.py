@@ -1,6 +1,6 @@
 """Batch-1 decode and prefill speed of kvgate's engine on SmolLM2, beside transformers and the memory bound.
 
-Run: `.venv/bin/python bench/bench_engine_model.py [--threads 1 2] [--decode-tokens 32] [--prefill-tokens 512]`
+Run: `.venv/bin/python bench/engine/bench_engine_model.py [--threads 1 2] [--decode-tokens 32] [--prefill-tokens 512]`
 
 One intra-op thread by default: on this shared 2-core machine, with other jobs running, two threads made
 both engine and transformers 4-6x slower (every op waits for the thread that was preempted); pass

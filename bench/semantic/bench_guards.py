@@ -1,6 +1,6 @@
 """What each guard saves and what it costs, on every pair set: text only, no model, a few seconds.
 
-    .venv/bin/python bench/bench_guards.py
+    .venv/bin/python bench/semantic/bench_guards.py
 
 A guard vetoes a pair; it never makes a hit. On a label-0 pair a veto is a wrong hit prevented (saved); on a
 label-1 pair it is a true paraphrase refused (cost). Per guard: on `adversarial_dev.jsonl`, vetoes by `kind`;
@@ -14,14 +14,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.pair_sets import LabelledPair, load_pairs
 from semantic.rule.calibrated import DEFAULT_GUARDS
 from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard, first_veto
 from semantic.rule.near_duplicate import near_duplicate_reason
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 SETS = ("qqp_dev_reviewed_6k.jsonl", "mrpc_train.jsonl", "qqp_dev.jsonl")
 
 

@@ -1,6 +1,6 @@
 """One semantic lookup's own cost, embedding + rule, for the rule of a git revision and for the working tree's.
 
-    .venv/bin/python bench/bench_lookup.py --baseline-rev 78a1e68
+    .venv/bin/python bench/semantic/bench_lookup.py --baseline-rev 78a1e68
 
 Both rules are loaded side by side in one process, on the same runtime and threads as the gateway's
 defaults, and take turns on the same lookups: each embeds `b` (one text, as a lookup does) and judges it
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.embedding.embedder import Embedder
 from semantic.evaluation import default_embedder
@@ -30,8 +30,8 @@ from semantic.pair_sets import ADVERSARIAL_FILE, REVIEWED_FILE, LabelledPair, fi
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration, load_rule
 from semantic.rule.verifier import PairVerifier
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rule_at(revision: str, workdir: Path) -> CalibratedRule:
