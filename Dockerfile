@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # and its nvidia-* wheels (several GB). `pip install .` below then finds torch==2.13.0 already satisfied.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
 
-# A C compiler for the engine's native decode step, built for the host CPU at first start (engine/native_build.py);
+# A C compiler for the engine's native decode step, built for the host CPU at first start (engine/model/native_build.py);
 # without one the engine falls back to torch's ops, about 1.6x slower for one answer (docs/benchmarks.md).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 

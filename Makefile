@@ -56,7 +56,7 @@ unit: models $(COMPOSE)
 
 test: lint typecheck unit
 
-# llama-server for bench/bench_engine_vs_llama_cpp.py only: built from the llama.cpp vendored in the
+# llama-server for bench/engine/bench_engine_vs_llama_cpp.py only: built from the llama.cpp vendored in the
 # llama-cpp-python sdist (never its wheel), about 10 minutes on 2 cores, cached under .venv. Not -DGGML_NATIVE:
 # a native build died with an illegal instruction here; AVX-512 is switched on where the CPU has it.
 LLAMA_CPP_PYTHON := 0.3.36

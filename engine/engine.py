@@ -3,7 +3,7 @@
 One `step()` computes one batch of chunks chosen by the scheduler, samples the next token of every
 sequence whose chunk reached its last token, turns new tokens into text incrementally, checks stop
 conditions, and frees finished sequences at once. It returns what each touched request produced this
-step. The engine is single-threaded: `engine.client` runs it on a thread of its own.
+step. The engine is single-threaded: `engine.serving.client` runs it on a thread of its own.
 
 This module knows the model runner, the sampler, the tokenizer's `decode` and the scheduler's API; it
 makes no scheduling decisions and keeps no block accounting of its own.
@@ -16,17 +16,17 @@ from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.loader import LoadedModel
 from engine.metrics import EngineMetrics
-from engine.model import LlamaModel
-from engine.native_decode import DecodeKernel
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.llama import LlamaModel
+from engine.model.native_decode import DecodeKernel
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
 from engine.sampler import RequestSampler, SamplingParams, sample_batch
 from engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig
 from engine.sequence import FinishReason, Sequence
 from engine.stopping import FinishReason as StopReason
 from engine.stopping import StopChecker
+from engine.weights.loader import LoadedModel
 from prefix.hashing import model_key
 from prefix.manager import BlockManager, BlockManagerConfig
 
@@ -61,7 +61,7 @@ class EngineConfig:
     """Prompt + output tokens per request; None: the model's context (both capped by the pool)."""
     decode_kernel: DecodeKernel = "auto"
     """Decode steps of an int4 model: `auto` runs them as one native call where it builds, else torch's ops;
-    `native` requires it; `torch` never uses it (engine.native_decode)."""
+    `native` requires it; `torch` never uses it (engine.model.native_decode)."""
 
 
 @dataclass(frozen=True, slots=True)

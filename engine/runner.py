@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.attention import KVCache
-from engine.model import LlamaModel
-from engine.native_decode import DecodeKernel, NativeDecoder
-from engine.paging import LogitsFor, SequenceChunk, build_paging_metadata
+from engine.model.attention import KVCache
+from engine.model.llama import LlamaModel
+from engine.model.native_decode import DecodeKernel, NativeDecoder
+from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 
 
 class ModelRunner:
@@ -32,7 +32,7 @@ class ModelRunner:
         parameter = next(model.parameters())
         self.device = parameter.device
         self.kv_cache = KVCache.allocate(model.config, num_blocks, block_size, parameter.dtype, self.device)
-        # Pure-decode steps of an int4 model run as one native call where it builds (engine.native_decode).
+        # Pure-decode steps of an int4 model run as one native call where it builds (engine.model.native_decode).
         self.native = NativeDecoder.create(model, self.kv_cache, decode_kernel)
 
     @property

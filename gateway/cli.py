@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from engine.model_files import (
+from engine.weights.model_files import (
     DEFAULT_GENERATOR_NAME,
     SMOLLM2_135M_INSTRUCT,
     ModelFetchError,

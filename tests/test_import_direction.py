@@ -1,4 +1,4 @@
-"""Imports flow one way: between the packages, and between the rooms of gateway/ and semantic/.
+"""Imports flow one way: between the packages, and between the rooms of gateway/, semantic/ and engine/.
 
 The order is written once, here, and explained in docs/architecture.md. Every import counts, also one inside a
 function or under `TYPE_CHECKING`: each is a dependency a reader has to follow.
@@ -34,6 +34,20 @@ ROOMS: dict[str, list[set[str]]] = {
         {"semantic.cache", "semantic.evaluation", "semantic.pair_sets"},  # the cache's flow, its measurement
         {"semantic.rule", "semantic.index"},
         {"semantic.store", "semantic.embedding"},
+    ],
+    "engine": [
+        {"engine.serving"},  # the step loop served: on a thread of this process, or as the engine process
+        {  # the step loop and what it drives
+            "engine.engine",
+            "engine.scheduler",
+            "engine.sequence",
+            "engine.runner",
+            "engine.sampler",
+            "engine.stopping",
+            "engine.metrics",
+        },
+        {"engine.weights"},  # where the weights come from and how they are stored
+        {"engine.model"},  # the model over a paged KV cache, and its native decode step
     ],
 }
 

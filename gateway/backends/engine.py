@@ -17,16 +17,16 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry
 
-from engine.client import AsyncEngineClient, EngineStopped
-from engine.client import Finished as EngineFinished
 from engine.engine import ContextLengthExceeded, EngineConfig
-from engine.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
 from engine.metrics import register_engine_metrics
-from engine.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
-from engine.remote_client import RemoteEngineClient
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
-from engine.weights_choice import WeightsChoice, choose_weights
+from engine.serving.client import AsyncEngineClient, EngineStopped
+from engine.serving.client import Finished as EngineFinished
+from engine.serving.remote_client import RemoteEngineClient
+from engine.weights.choice import WeightsChoice, choose_weights
+from engine.weights.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
+from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from gateway.api.errors import InvalidRequest, ServiceUnavailable
 from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.runtime.settings import Settings

@@ -22,7 +22,7 @@ logger = logging.getLogger("kvgate.engine")
 
 
 async def serve_engine(settings: Settings, plan: ProcessPlan) -> None:
-    from engine.server import EngineServer  # after logging is configured
+    from engine.serving.server import EngineServer  # after logging is configured
 
     torch.set_num_threads(settings.torch_threads)
     client, weights, folder = await asyncio.to_thread(start_engine, settings)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from fastapi import FastAPI
 
-from engine.model_files import resolve_generator
+from engine.weights.model_files import resolve_generator
 from gateway.api.errors import install_error_handlers
 from gateway.backends.protocol import Backend
 from gateway.backends.upstream import UpstreamBackend

@@ -2,7 +2,7 @@
 
 Both models are small BERT encoders run one short text (or pair) at a time, where torch's per-op overhead
 is most of the cost: measured here, one MiniLM embedding took 13.3 ms on torch and 3.8 ms on ONNX Runtime
-(identical vectors, cosine 1.0000), one verifier pair 15.4 ms and 6.9 ms (bench/bench_hit_path.py).
+(identical vectors, cosine 1.0000), one verifier pair 15.4 ms and 6.9 ms (bench/gateway/bench_hit_path.py).
 
 The export runs at first start from the weights on this disk (never a hub), with torch's TorchScript-based
 exporter, and is written next to the GGUF conversion under the model directory, in a file named after the

@@ -42,7 +42,7 @@ from semantic.rule.verdict import Verdict
 DEFAULT_TARGET_FALSE_HIT_RATE = 0.02
 SHIPPED_CALIBRATION = Path(__file__).parent / "calibration.json"
 USER_CALIBRATION_NAME = "calibration.json"
-# Measured in bench/bench_rule.py and bench/bench_guards.py: the entity guard vetoes most MRPC paraphrases and
+# Measured in bench/semantic/bench_rule.py and bench/semantic/bench_guards.py: the entity guard vetoes most MRPC paraphrases and
 # the question-word guard a sixth of Quora's; numbers and negation cost little recall and stop the classic
 # wrong hits; direction, opposite, units, languages and task slots veto at most 0.2% of the reviewed Quora
 # paraphrases and catch most minimal edits of their kind (docs/benchmarks.md, "guards").

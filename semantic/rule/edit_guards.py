@@ -5,7 +5,7 @@ the Sun?" and "... farthest from the Sun?" differ by one antonym; "km" / "miles"
 "5am" / "5pm" by a unit or a period. Each function here says whether two texts differ in one such way. They
 are built from general lexicons written for English (not from any test file) and are cheap (a few
 regular expressions and set operations). Which of them the rule applies is a measured choice: see
-`bench/bench_guards.py` and `semantic/rule/calibrated.py`.
+`bench/semantic/bench_guards.py` and `semantic/rule/calibrated.py`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ format, tone or length.
 "Translate this into French" / "... into German" and "Write a formal email ..." / "Write a funny email ..."
 keep every word an embedding looks at but one, and that one decides the answer. Each function here says
 whether two texts differ in one such way, from lexicons written for English (not from any test file).
-Which of them the rule applies is measured (`bench/bench_guards.py`, `semantic/rule/calibrated.py`).
+Which of them the rule applies is measured (`bench/semantic/bench_guards.py`, `semantic/rule/calibrated.py`).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ class PairVerifier:
         """P(same meaning) for each (query, candidate) pair.
 
         One order only: training showed each pair in a random order, so the model is close to symmetric,
-        and averaging both orders gained < 0.001 AUC (bench/bench_rule.py) at twice the latency.
+        and averaging both orders gained < 0.001 AUC (bench/semantic/bench_rule.py) at twice the latency.
         """
         if not pairs:
             return np.zeros(0, dtype=np.float32)

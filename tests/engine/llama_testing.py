@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.config import ModelConfig
-from engine.model import LlamaModel
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.config import ModelConfig
+from engine.model.llama import LlamaModel
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
 
 TINY_LLAMA: dict[str, Any] = dict(

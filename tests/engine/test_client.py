@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from engine.engine import ContextLengthExceeded
 from engine.sampler import SamplingParams
+from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from tests.engine.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,
     make_engine,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import LlamaConfig, Qwen2Config
 
-from engine.config import ModelConfig
+from engine.model.config import ModelConfig
 
 SMOLLM2_135M = {  # as found in the converted SmolLM2-135M-Instruct config.json (transformers 5)
     "model_type": "llama",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
 from tests.engine.llama_testing import (
     BlockAllocator,

@@ -10,10 +10,10 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from engine.loader import CONVERTED_SUFFIX, ensure_hf_folder, load_model
-from engine.model_files import GeneratorSource, SourceKind
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
+from engine.weights.loader import CONVERTED_SUFFIX, ensure_hf_folder, load_model
+from engine.weights.model_files import GeneratorSource, SourceKind
 from tests.engine.llama_testing import hf_logits, make_hf_llama
 
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"

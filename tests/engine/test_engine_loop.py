@@ -93,7 +93,7 @@ def test_metrics_count_tokens_latencies_and_prefix_hits_and_export_to_prometheus
 
 @pytest.mark.skipif(not SMOLLM2_FOLDER.is_dir(), reason="the SmolLM2 tokenizer is not converted locally")
 def test_incremental_detokenisation_rebuilds_multibyte_text_exactly() -> None:
-    from engine.loader import load_tokenizer
+    from engine.weights.loader import load_tokenizer
 
     tokenizer = load_tokenizer(SMOLLM2_FOLDER)
     text = " Café ☕ naïve — 日本語 🙂🙂 end\n  indented"

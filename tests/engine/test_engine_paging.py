@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.paging import LogitsFor, SequenceChunk, build_paging_metadata
+from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 
 
 def test_mixed_batch_metadata() -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from engine.paging import LogitsFor, SequenceChunk
+from engine.model.paging import LogitsFor, SequenceChunk
 from engine.runner import ModelRunner
 from tests.engine.llama_testing import TINY_LLAMA, hf_logits, make_engine_model, make_hf_llama
 

@@ -15,16 +15,16 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 
-from engine.config import ModelConfig
-from engine.gguf_weights import _unpermute_rotary as unpermute_rotary
-from engine.gguf_weights import decode_q4, decode_q8_0, hf_name, projection_storage
-from engine.model import LlamaModel
-from engine.native_build import load_decode_library
-from engine.paging import LogitsFor, SequenceChunk
-from engine.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
+from engine.model.config import ModelConfig
+from engine.model.llama import LlamaModel
+from engine.model.native_build import load_decode_library
+from engine.model.paging import LogitsFor, SequenceChunk
+from engine.model.quantized import Int4Groups, Int4Linear, Int8GroupLinear, Int8Groups, Int8Linear
 from engine.runner import ModelRunner
-from engine.weights_choice import choose_weights, pick
-from engine.weights_format import WEIGHTS_FORMATS, build_model, dequantized_hf_state, make_projection
+from engine.weights.choice import choose_weights, pick
+from engine.weights.formats import WEIGHTS_FORMATS, build_model, dequantized_hf_state, make_projection
+from engine.weights.gguf_weights import _unpermute_rotary as unpermute_rotary
+from engine.weights.gguf_weights import decode_q4, decode_q8_0, hf_name, projection_storage
 from tests.engine.llama_testing import BlockAllocator, ToySequence, make_hf_llama, run_greedy
 
 NEW_TOKENS = 10

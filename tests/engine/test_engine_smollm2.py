@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.loader import ensure_hf_folder, load_model
-from engine.model_files import resolve_generator
 from engine.runner import ModelRunner
+from engine.weights.loader import ensure_hf_folder, load_model
+from engine.weights.model_files import resolve_generator
 from gateway.runtime.settings import Settings
 from tests.engine.llama_testing import BlockAllocator, ToySequence, run_greedy
 
@@ -85,8 +85,8 @@ def test_greedy_chat_outputs_match_transformers(model_dir: Path) -> None:
 def test_the_gguf_read_as_stored_equals_its_dequantised_conversion(model_dir: Path) -> None:
     from safetensors.torch import load_file
 
-    from engine.gguf_weights import read_gguf_weights
-    from engine.quantized import Int4Groups, Int8Groups
+    from engine.model.quantized import Int4Groups, Int8Groups
+    from engine.weights.gguf_weights import read_gguf_weights
 
     source = resolve_generator("smollm2-135m-instruct", model_dir)
     converted = load_file(ensure_hf_folder(source, model_dir) / "model.safetensors")
@@ -110,10 +110,10 @@ def test_quantised_greedy_chat_outputs_match_transformers_on_the_same_weights(
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from engine.engine import LLMEngine
-    from engine.gguf_weights import read_gguf_weights
-    from engine.loader import load_tokenizer, read_config
     from engine.sampler import SamplingParams
-    from engine.weights_format import build_model, dequantized_hf_state
+    from engine.weights.formats import build_model, dequantized_hf_state
+    from engine.weights.gguf_weights import read_gguf_weights
+    from engine.weights.loader import load_tokenizer, read_config
 
     source = resolve_generator("smollm2-135m-instruct", model_dir)
     folder = ensure_hf_folder(source, model_dir)

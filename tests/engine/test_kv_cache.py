@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from engine.attention import KVCache
-from engine.config import ModelConfig
+from engine.model.attention import KVCache
+from engine.model.config import ModelConfig
 from tests.engine.llama_testing import TINY_LLAMA
 
 CONFIG = ModelConfig.from_hf({**TINY_LLAMA, "num_hidden_layers": 4})  # 2 kv heads of 8 dims

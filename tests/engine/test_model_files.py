@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import model_files
-from engine.model_files import (
+from engine.weights import model_files
+from engine.weights.model_files import (
     SMOLLM2_135M_INSTRUCT,
     ModelFetchError,
     PackagedGGUF,

@@ -1,4 +1,4 @@
-"""The native decode step (engine/native_decode.py, engine/native/decode_step.c): against transformers on the
+"""The native decode step (engine/model/native_decode.py, engine/model/native/decode_step.c): against transformers on the
 weights it multiplies by, against itself batched differently, and where it must not run.
 
 Both builds run here where the CPU allows: the AVX2 one runs on any AVX2 CPU, AVX-512 ones included."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import ModelConfig
-from engine.native_build import cpu_isa, load_decode_library
-from engine.native_decode import NativeDecoder, unsupported
-from engine.paging import LogitsFor, SequenceChunk, build_paging_metadata
+from engine.model.config import ModelConfig
+from engine.model.native_build import cpu_isa, load_decode_library
+from engine.model.native_decode import NativeDecoder, unsupported
+from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 from engine.runner import ModelRunner
-from engine.weights_choice import WeightsChoice
-from engine.weights_format import build_model, dequantized_hf_state
+from engine.weights.choice import WeightsChoice
+from engine.weights.formats import build_model, dequantized_hf_state
 from tests.engine.llama_testing import make_hf_llama
 
 QUANTISABLE_LLAMA = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)

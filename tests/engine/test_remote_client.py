@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from engine.engine import ContextLengthExceeded
-from engine.ipc import open_connection, receive, sampling_to_wire
-from engine.remote_client import EngineUnavailable, RemoteEngineClient
 from engine.sampler import SamplingParams
-from engine.server import EngineServer
+from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
+from engine.serving.ipc import open_connection, receive, sampling_to_wire
+from engine.serving.remote_client import EngineUnavailable, RemoteEngineClient
+from engine.serving.server import EngineServer
 from tests.engine.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,
     make_engine,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine
-from engine.model import LlamaModel
+from engine.model.llama import LlamaModel
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
 from tests.engine.llama_testing import make_engine_model, make_hf_llama

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_reliability import run_load
+from bench.gateway.bench_reliability import run_load
 from tests.reliability.kvgate_runner import KvgateProcess
 from tests.reliability.redis_proc import RedisProcess
 

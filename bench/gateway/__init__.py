@@ -1,0 +1,1 @@
+"""Through HTTP: end to end, the hit path, workers, load, Redis faults, soak, and their wrk/GPTCache helpers."""

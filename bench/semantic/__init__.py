@@ -1,0 +1,1 @@
+"""Semantic cache benchmarks: guards, the rule, the language gate, one lookup, index rebuilds, GPTCache."""

@@ -1,0 +1,279 @@
+"""Measure the decision rule on held-out pairs, piece by piece, and (optionally) write the shipped calibration.
+
+    .venv/bin/python bench/semantic/bench_rule.py                       # report only
+    .venv/bin/python bench/semantic/bench_rule.py --write-calibration   # also refit semantic/rule/calibration.json
+
+Splits are those of `semantic.pair_sets`: the calibration is fitted on the `calibration` parts of the
+reviewed Quora sample and the adversarial pairs together; every figure is reported on their `test` parts
+and on mrpc `test`, none of which the verifier trained on. Prints, per split: what each guard, the
+verifier and their combination reach at 95% precision; then the calibrated rule at each target next to a
+plain cosine threshold; then latency.
+Cosines and verifier scores are cached under bench/out/ (delete it after retraining the verifier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from semantic.evaluation import (
+    PairOutcome,
+    default_embedder,
+    recall_at_precision,
+    roc_auc,
+    score_outcomes,
+)
+from semantic.pair_sets import ADVERSARIAL_FILE, DEV_SPLIT, MRPC_FILE, REVIEWED_FILE, LabelledPair, file_part
+from semantic.rule.calibrated import (
+    DEFAULT_GUARDS,
+    SHIPPED_CALIBRATION,
+    CalibratedRule,
+    Calibration,
+    file_sha256,
+    fit_calibration,
+)
+from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
+from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.rule.verdict import Verdict
+from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
+LOW_COSINE = 0.5
+REPORTED = ("reviewed/test", "adversarial/test", "mrpc/test")
+Floats = npt.NDArray[np.float64]
+
+
+class Features:
+    """Per pair of one split: label, cosine, verifier probability (0 below the cosine gate), guard vetoes."""
+
+    def __init__(self, pairs: list[LabelledPair], cosines: Floats, probabilities: Floats) -> None:
+        self.pairs = pairs
+        self.labels = np.array([pair.label for pair in pairs])
+        self.cosines = cosines
+        self.probabilities = probabilities
+
+    def vetoed(self, guards: Sequence[Guard]) -> npt.NDArray[np.bool_]:
+        return np.array([any(guard.differs(pair.b, pair.a) for guard in guards) for pair in self.pairs])
+
+    def near_duplicates(self) -> npt.NDArray[np.bool_]:
+        return np.array([near_duplicate_reason(pair.b, pair.a) is not None for pair in self.pairs])
+
+    def __add__(self, other: Features) -> Features:
+        return Features(
+            self.pairs + other.pairs,
+            np.concatenate([self.cosines, other.cosines]),
+            np.concatenate([self.probabilities, other.probabilities]),
+        )
+
+
+class MemoScorer:
+    """Serves precomputed verifier probabilities to the real rule code (keyed by (query, candidate))."""
+
+    name = "memo"
+
+    def __init__(self, features: Features) -> None:
+        self.table = {
+            (pair.b, pair.a): float(p) for pair, p in zip(features.pairs, features.probabilities, strict=True)
+        }
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]:
+        return np.array([self.table[pair] for pair in pairs], dtype=np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE)
+    parser.add_argument("--write-calibration", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--guards",
+        default=",".join(DEFAULT_GUARDS),
+        help=f"comma-separated guards the calibrated rule applies (of {', '.join(GUARDS_BY_NAME)})",
+    )
+    args = parser.parse_args()
+    guard_names = tuple(name for name in args.guards.split(",") if name)
+    unknown = set(guard_names) - GUARDS_BY_NAME.keys()
+    if unknown:
+        raise SystemExit(f"unknown guards {sorted(unknown)}")
+    torch.set_num_threads(args.threads)
+
+    verifier = PairVerifier(weights=args.weights)
+    sha = file_sha256(args.weights)
+    splits = {
+        f"{name}/{part}": file_part(args.data_dir / file, part)
+        for name, file in (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE))
+        for part in ("calibration", "test")
+    }
+    splits["mrpc/test"] = file_part(args.data_dir / MRPC_FILE, "test")
+    features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
+
+    for name in REPORTED:
+        report_components(name, features[name], guard_names)
+
+    calibration_features = features["reviewed/calibration"] + features["adversarial/calibration"]
+    guards = tuple(GUARDS_BY_NAME[guard] for guard in guard_names)
+    calibration = fit_calibration(
+        calibration_features.cosines,
+        calibration_features.probabilities,
+        calibration_features.vetoed(guards),
+        calibration_features.labels,
+        near_duplicates=calibration_features.near_duplicates(),
+        low_cosine=LOW_COSINE,
+        guards=guard_names,
+        verifier_sha256=sha,
+        fitted_on={
+            "files": [REVIEWED_FILE, ADVERSARIAL_FILE],
+            "part": "calibration",
+            "split": DEV_SPLIT,
+            "pairs": len(calibration_features.pairs),
+        },
+    )
+    print("\ncalibration (reviewed/calibration + adversarial/calibration):")
+    for point in calibration.points:
+        print(
+            f"  target {point.target:.3f}: threshold {point.threshold:.4f}  fhr {point.false_hit_rate:.4f}  "
+            f"recall {point.recall:.3f}  hits {point.hits}"
+        )
+    if args.write_calibration:
+        print(f"wrote {calibration.save(SHIPPED_CALIBRATION)}")
+
+    for name in REPORTED:
+        report_rule(name, features[name], calibration)
+    report_latency(verifier, calibration, features["reviewed/test"])
+
+
+def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str) -> Features:
+    """Cosines (cached per split) and verifier probabilities (cached per split and weights) of one split.
+
+    The verifier only scores pairs at or above the cosine gate: the rule never asks it about the others.
+    """
+    stem = name.replace("/", "-")
+    cosines = _cached(CACHE_DIR / f"cosines-{stem}.npy", lambda: _cosines(pairs))
+    if len(cosines) != len(pairs):
+        raise SystemExit(f"bench/out/cosines-{stem}.npy is from another split: delete bench/out/")
+    band = np.flatnonzero(cosines >= LOW_COSINE)
+
+    def probabilities() -> Floats:
+        scores = np.zeros(len(pairs))
+        scores[band] = verifier.probabilities([(pairs[index].b, pairs[index].a) for index in band])
+        return scores
+
+    return Features(pairs, cosines, _cached(CACHE_DIR / f"verifier-{stem}-{sha[:12]}.npy", probabilities))
+
+
+def _cached(path: Path, compute: Callable[[], Floats]) -> Floats:
+    if path.exists():
+        cached: Floats = np.load(path, allow_pickle=False)
+        return cached
+    started = time.perf_counter()
+    values = np.asarray(compute(), dtype=np.float64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, values, allow_pickle=False)
+    print(f"computed {path.name} in {time.perf_counter() - started:.0f}s", flush=True)
+    return values
+
+
+def _cosines(pairs: list[LabelledPair]) -> Floats:
+    embedder = default_embedder()
+    stored, looked_up = embedder.embed([pair.a for pair in pairs]), embedder.embed([pair.b for pair in pairs])
+    return np.asarray((stored * looked_up).sum(axis=1), dtype=np.float64)
+
+
+def report_components(name: str, features: Features, chosen: tuple[str, ...]) -> None:
+    """Recall at 95% / 90% precision and AUC of each signal alone and combined (vetoed pairs score -1)."""
+    labels, cosines, probabilities = features.labels, features.cosines, features.probabilities
+    print(f"\n{name}: {len(labels)} pairs, {labels.sum()} positive")
+    print(f"  {'signal':44s} {'AUC':>6s} {'R@P.95':>7s} {'R@P.90':>7s}  vetoes pos / neg")
+    rows: list[tuple[str, Floats, npt.NDArray[np.bool_] | None]] = [("cosine", cosines, None)]
+    for guard in ALL_GUARDS:
+        rows.append((f"cosine + {guard.name} guard", cosines, features.vetoed((guard,))))
+    gated = np.where(cosines >= LOW_COSINE, probabilities, 0.0)
+    rows.append((f"verifier (cosine gate {LOW_COSINE})", gated, None))
+    for guard in ALL_GUARDS:
+        rows.append((f"verifier + {guard.name} guard", gated, features.vetoed((guard,))))
+    for names in dict.fromkeys([DEFAULT_GUARDS, chosen]):
+        guards = tuple(GUARDS_BY_NAME[guard] for guard in names)
+        rows.append((f"verifier + {'+'.join(names)}", gated, features.vetoed(guards)))
+    for label, scores, vetoed in rows:
+        if vetoed is not None:
+            scores = np.where(vetoed, -1.0, scores)
+        vetoes = (
+            "" if vetoed is None else f"  {vetoed[labels == 1].mean():.3f} / {vetoed[labels == 0].mean():.3f}"
+        )
+        print(
+            f"  {label:44s} {roc_auc(scores, labels):6.4f} {recall_at_precision(scores, labels, 0.95):7.3f} "
+            f"{recall_at_precision(scores, labels, 0.90):7.3f}{vetoes}"
+        )
+
+
+def report_rule(name: str, features: Features, calibration: Calibration) -> None:
+    """The calibrated rule at each target, next to the plain cosine threshold with the same recall."""
+    print(f"\n{name}: calibrated rule (gate {calibration.low_cosine}, guards {'+'.join(calibration.guards)})")
+    for target in [point.target for point in calibration.points]:  # every target the calibration claims
+        rule = CalibratedRule(MemoScorer(features), calibration, target)
+        questions = [(pair.b, pair.a) for pair in features.pairs]
+        verdicts = rule.judge_many(questions, features.cosines.tolist())
+        outcomes = [
+            PairOutcome(float(cos), verdict) for cos, verdict in zip(features.cosines, verdicts, strict=True)
+        ]
+        report = score_outcomes(features.pairs, outcomes, target)
+        plain = report.baseline_precision_at_same_recall
+        verified = lookup_path_agrees(rule, questions, features.cosines.tolist(), verdicts)
+        print(
+            f"  target {target:.3f}: precision {report.precision:.4f} recall {report.recall:.4f} "
+            f"fhr {report.false_hit_rate:.4f} auc {report.auc:.4f} hits {report.hits} | cosine: recall at "
+            f"this precision {report.baseline_recall_at_same_precision:.4f}, precision at this recall {plain:.4f}"
+            f" | verifier runs on {verified}/{len(questions)} lookups"
+        )
+
+
+def lookup_path_agrees(
+    rule: CalibratedRule, questions: list[tuple[str, str]], cosines: list[float], verdicts: list[Verdict]
+) -> int:
+    """Decide each pair as a lookup does (`quick_verdict`, then the verifier only when undecided); exit if
+    any decision differs from `judge_many`'s. Returns how many pairs needed the verifier."""
+    verified = 0
+    for (query, candidate), cosine, verdict in zip(questions, cosines, verdicts, strict=True):
+        quick = rule.quick_verdict(query, candidate, cosine)
+        if quick is None:
+            verified += 1
+            quick = rule.judge(query, candidate, cosine)
+        if quick.hit != verdict.hit:
+            raise SystemExit(f"the lookup path decides {(query, candidate)} otherwise than judge_many")
+    return verified
+
+
+def report_latency(verifier: PairVerifier, calibration: Calibration, features: Features) -> None:
+    """Wall time of one `judge` call on pairs that reach the verifier (the slow path of a semantic hit)."""
+    rule = CalibratedRule(verifier, calibration)
+    band = [index for index in np.flatnonzero(features.cosines >= calibration.low_cosine)[:60]]
+    timings = []
+    for index in band:
+        pair = features.pairs[index]
+        started = time.perf_counter()
+        rule.judge(pair.b, pair.a, float(features.cosines[index]))
+        timings.append((time.perf_counter() - started) * 1000)
+    timings = timings[10:]  # warm-up
+    print(
+        f"\njudge() through the verifier, {len(timings)} pairs, {torch.get_num_threads()} threads: "
+        f"p50 {np.percentile(timings, 50):.1f} ms, p99 {np.percentile(timings, 99):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The Llama-family model over a paged KV cache: config, attention, quantised linears, the native decode."""

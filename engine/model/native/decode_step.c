@@ -1,0 +1,546 @@
+/* One decode step of a Llama-family model with 4-bit weights, fused into one call.
+
+   Every row of the batch adds one token. Per layer: RMSNorm, q/k/v, RoPE, the new K/V written into the paged
+   cache, attention over the row's cached context, o, RMSNorm, gate/up, SiLU, down, each residual added; then
+   the final norm and the head. The Python engine (engine/model/native_decode.py) owns every buffer and decides the
+   batch; this file only computes.
+
+   Weights are multiplied the way llama.cpp multiplies Q4_1 and Q8_0 weights on CPU: each activation row is
+   rounded to 8-bit integers in groups of 32 with one float scale per group, and a group's dot product is
+   an integer sum (VNNI `vpdpbusd` where the CPU has it, else AVX2 `vpmaddubsw` + `vpmaddwd`) scaled once.
+   A 4-bit group is 20 bytes: 16 bytes of codes (byte j: code j in the low nibble, code j + 16 in the high
+   one), then bfloat16 scale s and zero z; the value of code c is (c - 8) * s + z, as `Int4Linear` reads it.
+   Groups are stored four output features at a time, (n / 4, k / 32, 4) blocks, which is the order the
+   kernel reads them in: the weights stream through memory strictly forward.
+   The head is int8 codes with one bfloat16 scale per group of 32 (GGUF's Q8_0).
+
+   Norms, RoPE, attention, SiLU, the residual stream and the KV cache are float32. */
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP 32
+#define Q4_BLOCK_BYTES 20
+#define ROWS_PER_PASS 4
+#define Q4_INTERLEAVE 4 /* output features whose groups are stored side by side */
+
+typedef struct {
+    const uint8_t *blocks; /* (n / 4, k / 32, 4) blocks of Q4_BLOCK_BYTES */
+    const float *bias;     /* (n,) or NULL */
+    int64_t n, k;
+} q4_weight;
+
+typedef struct {
+    const int8_t *codes;     /* (n, k) */
+    const uint16_t *scales;  /* (n, k / 32) bfloat16 */
+    int64_t n, k;
+} q8_weight;
+
+typedef struct {
+    const float *attention_norm, *feed_forward_norm; /* (hidden,) */
+    q4_weight qkv, o, gate_up, down;
+    float *key_cache, *value_cache; /* (slots, kv_heads, head_dim) */
+} layer_weights;
+
+typedef struct {
+    int64_t hidden, heads, kv_heads, head_dim, intermediate, num_layers, block_size;
+    float eps;
+    const layer_weights *layers;
+    const float *norm;
+    q8_weight head;
+} model_weights;
+
+/* An activation row in groups of 32 as two int8 codes per value: x ~ d (256 q + r), with q = round(x / 256 d),
+   d = max|x| / (127 * 256), and r the rounded remainder; a dot product is (dot(w, q) << 8) + dot(w, r).
+   That is 16-bit precision (finer than the bfloat16 inputs of torch's int4 kernel) from 8-bit products. */
+typedef struct {
+    int8_t *q;     /* (rows, k) */
+    int8_t *r;     /* (rows, k) */
+    float *d;      /* (rows, k / 32) */
+    float *dsum;   /* (rows, k / 32): d * sum(256 q + r) of the group */
+} quantized_rows;
+
+static inline float bf16_to_float(uint16_t bits) {
+    uint32_t widened = (uint32_t)bits << 16;
+    float value;
+    memcpy(&value, &widened, sizeof value);
+    return value;
+}
+
+static inline float hsum(__m256 v) {
+    __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+    return _mm_cvtss_f32(sum);
+}
+
+/* sum over 4-byte lanes of unsigned a * signed b, as 8 int32 */
+static inline __m256i dot_u8_s8(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+
+/* exp of 8 floats (Cephes' polynomial, as in avx_mathfun): relative error ~1e-7 over the range used. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f));
+    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+    fx = _mm256_floor_ps(fx);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, one));
+    __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(exponent));
+}
+
+static void exp_in_place(float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] = expf(x[i]);
+}
+
+static void quantize_rows(const float *x, int64_t rows, int64_t k, quantized_rows out) {
+    const int64_t groups = k / GROUP;
+    for (int64_t row = 0; row < rows; row++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const float *src = x + row * k + g * GROUP;
+            int8_t *q = out.q + row * k + g * GROUP, *r = out.r + row * k + g * GROUP;
+            float amax = 0.0f;
+            for (int i = 0; i < GROUP; i++) amax = fmaxf(amax, fabsf(src[i]));
+            const float coarse = amax / 127.0f, fine = coarse / 256.0f;
+            const float inverse_coarse = amax > 0.0f ? 1.0f / coarse : 0.0f;
+            const float inverse_fine = amax > 0.0f ? 1.0f / fine : 0.0f;
+            int sum = 0;
+            for (int i = 0; i < GROUP; i++) {
+                const int high = (int)nearbyintf(src[i] * inverse_coarse);
+                int low = (int)nearbyintf((src[i] - (float)high * coarse) * inverse_fine);
+                low = low > 127 ? 127 : (low < -127 ? -127 : low);
+                q[i] = (int8_t)high;
+                r[i] = (int8_t)low;
+                sum += 256 * high + low;
+            }
+            out.d[row * groups + g] = fine;
+            out.dsum[row * groups + g] = fine * (float)sum;
+        }
+    }
+}
+
+/* Weights are read once per pass over up to ROWS_PER_PASS activation rows; OUTS output features are computed
+   side by side so that their accumulators are independent chains held in registers. Both counts are
+   compile-time constants in every instantiation below (always_inline), so the loops over them unroll. */
+
+#define PREFETCH_BYTES 3072
+
+static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w, quantized_rows x, int64_t first,
+                                                             const int rows, int64_t n, float *y) {
+    const int outs = Q4_INTERLEAVE;
+    const int64_t groups = w->k / GROUP;
+    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
+    __m256 acc[ROWS_PER_PASS][4];
+    float zero_terms[ROWS_PER_PASS][4];
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < outs; o++) {
+            acc[r][o] = _mm256_setzero_ps();
+            zero_terms[r][o] = 0.0f;
+        }
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i q[ROWS_PER_PASS], rest[ROWS_PER_PASS];
+        float d[ROWS_PER_PASS], dsum[ROWS_PER_PASS];
+        for (int r = 0; r < rows; r++) {
+            q[r] = _mm256_loadu_si256((const __m256i *)(x.q + (first + r) * w->k + g * GROUP));
+            rest[r] = _mm256_loadu_si256((const __m256i *)(x.r + (first + r) * w->k + g * GROUP));
+            d[r] = x.d[(first + r) * groups + g];
+            dsum[r] = x.dsum[(first + r) * groups + g];
+        }
+        const uint8_t *interleaved = w->blocks + (n * groups + g * Q4_INTERLEAVE) * Q4_BLOCK_BYTES;
+        _mm_prefetch((const char *)interleaved + PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)interleaved + PREFETCH_BYTES + 64, _MM_HINT_T0);
+        for (int o = 0; o < outs; o++) {
+            const uint8_t *block = interleaved + o * Q4_BLOCK_BYTES;
+            const __m128i packed = _mm_loadu_si128((const __m128i *)block);
+            const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles),
+                                                   _mm_and_si128(packed, low_nibbles));
+            uint32_t scale_zero;
+            memcpy(&scale_zero, block + 16, sizeof scale_zero);
+            const float scale = bf16_to_float((uint16_t)(scale_zero & 0xFFFF));
+            const float zero = bf16_to_float((uint16_t)(scale_zero >> 16));
+            /* sum((c - 8) s + z) x = d (s sum(c q) + (z - 8 s) sum(q)) */
+            const float offset = zero - 8.0f * scale;
+            for (int r = 0; r < rows; r++) {
+                const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(
+                    _mm256_slli_epi32(dot_u8_s8(codes, q[r]), 8), dot_u8_s8(codes, rest[r])));
+                acc[r][o] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale * d[r]), acc[r][o]);
+                zero_terms[r][o] += offset * dsum[r];
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < outs; o++) {
+            const float bias = w->bias ? w->bias[n + o] : 0.0f;
+            y[(first + r) * w->n + n + o] = hsum(acc[r][o]) + zero_terms[r][o] + bias;
+        }
+}
+
+/* Threads. Each matrix product is split among `threads` participants by output features: the caller and
+   threads - 1 workers that this library starts once and keeps. A worker spins briefly for the next product
+   (they come microseconds apart within a step) and then sleeps on a condition variable (between steps,
+   while Python samples and schedules, it must not hold a core the gateway needs). Not OpenMP: libgomp
+   throttles its spinning to almost nothing once more of its threads exist than cores, which torch's own
+   team and the engine thread's already make, and each product then paid a futex wake-up (measured:
+   66 against 153 tok/s at two threads with the step in a non-main thread). */
+
+#define MAX_THREADS 64
+#define SPINS_BEFORE_SLEEP 4000
+
+typedef void (*job_function)(const void *job, int index, int count);
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    atomic_long generation; /* bumped once per product */
+    atomic_int done;        /* workers finished with the current product */
+    int workers;            /* started, never stopped */
+    job_function function;
+    const void *job;
+    int count;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0};
+
+static long started_at[MAX_THREADS]; /* the generation before a worker's first product */
+
+static void *pool_worker(void *argument) {
+    const int index = (int)(intptr_t)argument;
+    long seen = started_at[index];
+    for (;;) {
+        long now;
+        int spins = 0;
+        while ((now = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
+            if (++spins < SPINS_BEFORE_SLEEP) {
+                _mm_pause();
+                continue;
+            }
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = now;
+        if (index < pool.count) pool.function(pool.job, index, pool.count);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+/* A child of fork() has the caller's thread only: it starts its own workers when it needs them. */
+static void pool_forget_workers(void) {
+    pool.workers = 0;
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+}
+
+__attribute__((constructor)) static void pool_register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, pool_forget_workers);
+}
+
+/* Run function(job, i, count) for i in 0..count-1, i = 0 on the caller; returns when all are done.
+   Called from one thread at a time (the engine's step loop). */
+static void run_parallel(job_function function, const void *job, int count) {
+    count = count > MAX_THREADS ? MAX_THREADS : count;
+    while (pool.workers < count - 1) {
+        pthread_t thread;
+        started_at[pool.workers + 1] = atomic_load_explicit(&pool.generation, memory_order_acquire);
+        if (pthread_create(&thread, NULL, pool_worker, (void *)(intptr_t)(pool.workers + 1)) != 0) break;
+        pthread_detach(thread);
+        pool.workers++;
+    }
+    if (count > pool.workers + 1) count = pool.workers + 1;
+    if (count <= 1) {
+        function(job, 0, 1);
+        return;
+    }
+    pool.function = function;
+    pool.job = job;
+    pool.count = count;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    function(job, 0, count);
+    /* A worker that is not running (more threads than free cores) gets the core after a while. */
+    for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < pool.workers; spins++) {
+        if (spins < SPINS_BEFORE_SLEEP) _mm_pause();
+        else sched_yield();
+    }
+}
+
+/* Participant `index` of `count`'s share [begin, end) of `total` output features, in whole units of `unit`
+   features (the last also takes what does not fill a unit): each streams its own part of the weights. */
+static void share(int index, int count, int64_t total, int64_t unit, int64_t *begin, int64_t *end) {
+    const int64_t units = total / unit;
+    *begin = units * index / count * unit;
+    *end = index == count - 1 ? total : units * (index + 1) / count * unit;
+}
+
+static inline __attribute__((always_inline)) void q4_pass(const q4_weight *w, quantized_rows x, int64_t first,
+                                                          const int rows, int64_t begin, int64_t end, float *y) {
+    for (int64_t n = begin; n < end; n += Q4_INTERLEAVE) q4_outputs(w, x, first, rows, n, y);
+}
+
+typedef struct {
+    const q4_weight *w;
+    int64_t rows;
+    quantized_rows x;
+    float *y;
+} q4_job;
+
+static void q4_share(const void *argument, int index, int count) {
+    const q4_job *job = argument;
+    int64_t begin, end;
+    share(index, count, job->w->n, Q4_INTERLEAVE, &begin, &end);
+    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+            case 1: q4_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+            case 2: q4_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+            case 3: q4_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+            default: q4_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+        }
+    }
+}
+
+/* y (rows, n) = x (rows, k) @ W^T (+ bias), x given as quantized rows. */
+static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+    const q4_job job = {w, rows, x, y};
+    run_parallel(q4_share, &job, threads);
+}
+
+static inline __attribute__((always_inline)) void q8_outputs(const q8_weight *w, quantized_rows x, int64_t first,
+                                                             const int rows, const int outs, int64_t n, float *y) {
+    const int64_t groups = w->k / GROUP;
+    __m256 acc[ROWS_PER_PASS][4];
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < outs; o++) acc[r][o] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i q[ROWS_PER_PASS], rest[ROWS_PER_PASS];
+        float d[ROWS_PER_PASS];
+        for (int r = 0; r < rows; r++) {
+            q[r] = _mm256_loadu_si256((const __m256i *)(x.q + (first + r) * w->k + g * GROUP));
+            rest[r] = _mm256_loadu_si256((const __m256i *)(x.r + (first + r) * w->k + g * GROUP));
+            d[r] = x.d[(first + r) * groups + g];
+        }
+        _mm_prefetch((const char *)(w->codes + n * w->k + g * GROUP) + 4 * PREFETCH_BYTES, _MM_HINT_T0);
+        for (int o = 0; o < outs; o++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(w->codes + (n + o) * w->k + g * GROUP));
+            const __m256i magnitude = _mm256_sign_epi8(c, c); /* |c| as unsigned bytes */
+            const float scale = bf16_to_float(w->scales[(n + o) * groups + g]);
+            for (int r = 0; r < rows; r++) {
+                const __m256i high = dot_u8_s8(magnitude, _mm256_sign_epi8(q[r], c));
+                const __m256i low = dot_u8_s8(magnitude, _mm256_sign_epi8(rest[r], c));
+                const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(high, 8), low));
+                acc[r][o] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale * d[r]), acc[r][o]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < outs; o++) y[(first + r) * w->n + n + o] = hsum(acc[r][o]);
+}
+
+static inline __attribute__((always_inline)) void q8_pass(const q8_weight *w, quantized_rows x, int64_t first,
+                                                          const int rows, int64_t begin, int64_t end, float *y) {
+    const int outs = rows <= 2 ? 4 : 2;
+    int64_t n = begin;
+    for (; n + outs <= end; n += outs) q8_outputs(w, x, first, rows, outs, n, y);
+    for (; n < end; n++) q8_outputs(w, x, first, rows, 1, n, y);
+}
+
+typedef struct {
+    const q8_weight *w;
+    int64_t rows;
+    quantized_rows x;
+    float *y;
+} q8_job;
+
+static void q8_share(const void *argument, int index, int count) {
+    const q8_job *job = argument;
+    int64_t begin, end;
+    share(index, count, job->w->n, 4, &begin, &end);
+    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+            case 1: q8_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+            case 2: q8_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+            case 3: q8_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+            default: q8_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+        }
+    }
+}
+
+/* y (rows, n) = x (rows, k) @ W^T for the int8 head. */
+static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
+    const q8_job job = {w, rows, x, y};
+    run_parallel(q8_share, &job, threads);
+}
+
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float sum = hsum(acc);
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+static void rms_norm(const float *x, const float *weight, int64_t rows, int64_t n, float eps, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * n;
+        const float mean_square = dot_f32(row, row, n) / (float)n;
+        const float inverse = 1.0f / sqrtf(mean_square + eps);
+        for (int64_t i = 0; i < n; i++) out[r * n + i] = weight[i] * (row[i] * inverse);
+    }
+}
+
+/* Rotate one head in place: pairs (i, i + D/2), cos and signed sin (first half negated) over D. */
+static void rotate(float *head, const float *cos, const float *signed_sin, int64_t dim) {
+    const int64_t half = dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float first = head[i], second = head[i + half];
+        head[i] = first * cos[i] + second * signed_sin[i];
+        head[i + half] = second * cos[i + half] + first * signed_sin[i + half];
+    }
+}
+
+/* Attention of one row's heads over its context of `length` tokens. */
+static void attend(const model_weights *m, const layer_weights *layer, const float *query,
+                   const int64_t *block_table, int64_t length, float *scores, float *out) {
+    const int64_t dim = m->head_dim, kv_heads = m->kv_heads, per_kv = m->heads / m->kv_heads;
+    const float scale = 1.0f / sqrtf((float)dim);
+    for (int64_t h = 0; h < m->heads; h++) {
+        const int64_t kv = h / per_kv;
+        const float *q = query + h * dim;
+        float best = -INFINITY;
+        for (int64_t t = 0; t < length; t++) {
+            const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
+            scores[t] = dot_f32(q, layer->key_cache + (slot * kv_heads + kv) * dim, dim) * scale;
+            best = fmaxf(best, scores[t]);
+        }
+        for (int64_t t = 0; t < length; t++) scores[t] -= best;
+        exp_in_place(scores, length);
+        float total = 0.0f;
+        for (int64_t t = 0; t < length; t++) total += scores[t];
+        float *o = out + h * dim;
+        for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
+        for (int64_t t = 0; t < length; t++) {
+            const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
+            const float *v = layer->value_cache + (slot * kv_heads + kv) * dim;
+            const __m256 p = _mm256_set1_ps(scores[t] / total);
+            int64_t i = 0;
+            for (; i + 8 <= dim; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+            for (; i < dim; i++) o[i] += scores[t] / total * v[i];
+        }
+    }
+}
+
+static void silu_times_up(const float *gate_up, int64_t rows, int64_t width, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *gate = gate_up + r * 2 * width, *up = gate + width;
+        float *o = out + r * width;
+        int64_t i = 0;
+        for (; i + 8 <= width; i += 8) {
+            const __m256 g = _mm256_loadu_ps(gate + i);
+            const __m256 sigmoid_denominator = _mm256_add_ps(
+                _mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(g, sigmoid_denominator), _mm256_loadu_ps(up + i)));
+        }
+        for (; i < width; i++) o[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    }
+}
+
+static int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* x: (rows, hidden) embeddings in, overwritten; cos, signed_sin: (rows, head_dim); slots: (rows,) where
+   each row's new K/V goes; block_tables: (rows, max_blocks); context_lens: (rows,) including the new token;
+   logits: (rows, head.n); threads: how many share each matrix product (1: only the caller). Returns 0,
+   or -1 when scratch memory could not be allocated. */
+int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const float *cos,
+                       const float *signed_sin, const int64_t *slots, const int64_t *block_tables,
+                       int64_t max_blocks, const int64_t *context_lens, float *logits, int threads) {
+    const int64_t hidden = m->hidden, dim = m->head_dim;
+    const int64_t q_width = m->heads * dim, kv_width = m->kv_heads * dim;
+    const int64_t qkv_width = q_width + 2 * kv_width;
+    const int64_t widest = max_i64(max_i64(hidden, m->intermediate), q_width);
+    int64_t longest = 1;
+    for (int64_t r = 0; r < rows; r++) longest = max_i64(longest, context_lens[r]);
+
+    float *normed = malloc(sizeof(float) * rows * hidden);
+    float *wide = malloc(sizeof(float) * rows * max_i64(qkv_width, 2 * m->intermediate));
+    float *narrow = malloc(sizeof(float) * rows * widest);
+    float *projected = malloc(sizeof(float) * rows * hidden);
+    float *scores = malloc(sizeof(float) * longest);
+    quantized_rows quantized = {
+        malloc(rows * widest), malloc(rows * widest), malloc(sizeof(float) * rows * widest / GROUP),
+        malloc(sizeof(float) * rows * widest / GROUP)};
+    int status = 0;
+    if (!normed || !wide || !narrow || !projected || !scores || !quantized.q || !quantized.r ||
+        !quantized.d || !quantized.dsum) {
+        status = -1;
+        goto done;
+    }
+
+    for (int64_t l = 0; l < m->num_layers; l++) {
+        const layer_weights *layer = &m->layers[l];
+        rms_norm(x, layer->attention_norm, rows, hidden, m->eps, normed);
+        quantize_rows(normed, rows, hidden, quantized);
+        matmul_q4(&layer->qkv, rows, quantized, wide, threads);
+        for (int64_t r = 0; r < rows; r++) {
+            float *qkv = wide + r * qkv_width;
+            for (int64_t h = 0; h < m->heads + m->kv_heads; h++)  /* queries, then keys */
+                rotate(qkv + h * dim, cos + r * dim, signed_sin + r * dim, dim);
+            memcpy(layer->key_cache + slots[r] * kv_width, qkv + q_width, sizeof(float) * kv_width);
+            memcpy(layer->value_cache + slots[r] * kv_width, qkv + q_width + kv_width, sizeof(float) * kv_width);
+        }
+        for (int64_t r = 0; r < rows; r++)
+            attend(m, layer, wide + r * qkv_width, block_tables + r * max_blocks, context_lens[r], scores,
+                   narrow + r * q_width);
+        quantize_rows(narrow, rows, q_width, quantized);
+        matmul_q4(&layer->o, rows, quantized, projected, threads);
+        for (int64_t i = 0; i < rows * hidden; i++) x[i] += projected[i];
+
+        rms_norm(x, layer->feed_forward_norm, rows, hidden, m->eps, normed);
+        quantize_rows(normed, rows, hidden, quantized);
+        matmul_q4(&layer->gate_up, rows, quantized, wide, threads);
+        silu_times_up(wide, rows, m->intermediate, narrow);
+        quantize_rows(narrow, rows, m->intermediate, quantized);
+        matmul_q4(&layer->down, rows, quantized, projected, threads);
+        for (int64_t i = 0; i < rows * hidden; i++) x[i] += projected[i];
+    }
+    rms_norm(x, m->norm, rows, hidden, m->eps, normed);
+    quantize_rows(normed, rows, hidden, quantized);
+    matmul_q8(&m->head, rows, quantized, logits, threads);
+
+done:
+    free(normed);
+    free(wide);
+    free(narrow);
+    free(projected);
+    free(scores);
+    free(quantized.q);
+    free(quantized.r);
+    free(quantized.d);
+    free(quantized.dsum);
+    return status;
+}
