@@ -1,6 +1,6 @@
 """The engine as a gateway backend: chat template, sampling parameters, context limits.
 
-Adapts `engine.client.AsyncEngineClient` (the engine in this process) or `engine.remote_client.
+Adapts `engine.serving.client.AsyncEngineClient` (the engine in this process) or `engine.serving.remote_client.
 RemoteEngineClient` (the engine process behind `kvgate serve --workers N`) to the `Backend` protocol. The
 tenant is the engine's cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing
 attacks are real). An engine that cannot be reached answers 503 `engine_unavailable`.

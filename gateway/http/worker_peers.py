@@ -1,6 +1,6 @@
 """How the workers of one `kvgate serve --workers N` reach each other: a unix socket per worker.
 
-Each worker answers on `<run dir>/worker-<i>.sock` (one JSON object per line, `engine.ipc`): `ping` (the
+Each worker answers on `<run dir>/worker-<i>.sock` (one JSON object per line, `engine.serving.ipc`): `ping` (the
 supervisor's readiness check) and `stats` (its hit-rate tallies and shadow counts). The worker asked for
 `/admin/stats` asks every worker, itself included, and reports the sum, so the report counts all traffic
 whichever worker a client reached. A worker that does not answer (it is restarting) is left out and the
