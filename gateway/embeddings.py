@@ -28,6 +28,8 @@ from semantic.cache import CacheControl, Lookup
 from semantic.store.scope import RequestScope, build_scope
 
 ENDPOINT = "embeddings"
+# Inputs looked up at once: a batch of thousands must not take every connection of the store's pool.
+CONCURRENT_LOOKUPS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,12 @@ class EmbeddingsService:
         if not inputs or any(item in ("", []) for item in inputs):
             raise InvalidRequest("Every input must be a non-empty text or token array.", param="input")
         scopes = [self._scope(call, item) for item in inputs]
-        lookups = await asyncio.gather(*(service.lookup(scope, call.control) for scope in scopes))
+        lookups: list[Lookup | None] = []
+        for start in range(
+            0, len(scopes), CONCURRENT_LOOKUPS
+        ):  # a few at a time: the store's connections are shared
+            window = scopes[start : start + CONCURRENT_LOOKUPS]
+            lookups += await asyncio.gather(*(service.lookup(scope, call.control) for scope in window))
         stored = [_stored_item(lookup) for lookup in lookups]
         missing = [index for index, item in enumerate(stored) if item is None]
         sent: dict[str, Any] = {}

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
 from redis.exceptions import RedisError
 
 from gateway.api.anthropic_objects import (
@@ -131,7 +132,7 @@ class StoredAnswer:
 
     @classmethod
     def from_json(cls, raw: str, *, chat: bool, model: str) -> StoredAnswer:
-        data = json.loads(raw)
+        data = pydantic_core.from_json(raw)  # a hit's hot path: Rust's parser, a third of json.loads' time
         prompt_tokens, completion_tokens = int(data["prompt_tokens"]), int(data["completion_tokens"])
         if data.get("v") == STORED_FORMAT:
             whole = dict(data["whole"])

@@ -477,3 +477,16 @@ async def test_an_openai_agents_agent_with_a_function_tool(proxy: Proxy, api: st
     assert asked == ["Paris", "Paris"]  # the tool ran each time: the cache replays the model, not the tool
     assert first.final_output == second.final_output and "18 C in Paris" in str(first.final_output)
     assert len(proxy.calls) == calls  # both model turns of the second run were exact hits
+
+
+def test_a_large_embeddings_batch_sends_only_its_new_inputs(proxy: Proxy) -> None:
+    from tests.gateway.openai_upstream import EMBEDDING_MODEL
+
+    inputs = [f"batch document {index}" for index in range(100)]
+    proxy.kvgate.embeddings.create(
+        model=EMBEDDING_MODEL, input=[text for i, text in enumerate(inputs) if i % 10]
+    )
+    calls = len(proxy.calls)
+    answer = proxy.kvgate.embeddings.with_raw_response.create(model=EMBEDDING_MODEL, input=inputs)
+    assert answer.headers["x-kvgate-cached-inputs"] == "90/100" and len(answer.parse().data) == 100
+    assert [len(call["input"]) for call in proxy.calls[calls:]] == [10]

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
+import pydantic_core
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -240,4 +241,4 @@ def _stream(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingRes
 
 
 def _json(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return pydantic_core.to_json(payload)

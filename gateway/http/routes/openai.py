@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
+import pydantic_core
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from opentelemetry.trace import Span
@@ -366,7 +367,9 @@ def _as_asked(chunk: dict[str, Any], include_usage: bool) -> dict[str, Any] | No
 
 
 def _json(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return pydantic_core.to_json(
+        payload
+    )  # compact UTF-8, as the upstream's bytes; a third of json.dumps' time
 
 
 def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
