@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from engine.engine import IncrementalDetokenizer, LLMEngine, RequestOutput
 from engine.metrics import register_engine_metrics
 from engine.sampler import SamplingParams
-from tests.engine.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
+from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,
     make_engine,
     one_torch_thread,

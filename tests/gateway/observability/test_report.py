@@ -28,7 +28,7 @@ from gateway.observability.stats import HitStats
 from tests.gateway.conftest import ADMIN_TOKEN, admin, auth, chat, make_settings
 from tests.gateway.fakes import MODEL, ScriptedBackend
 from tests.gateway.live_server import serve
-from tests.gateway.test_metrics import metric
+from tests.gateway.observability.test_metrics import metric
 
 ROUTE = "/v1/chat/completions"
 EIFFEL, MONA_LISA = "Where is the Eiffel Tower?", "Who painted the Mona Lisa?"

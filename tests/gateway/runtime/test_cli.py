@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gateway.cli import app
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 @pytest.mark.slow

@@ -15,9 +15,9 @@ from semantic.rule.language import MIXED, NO_LANGUAGE, language_of, pair_refusal
 from semantic.rule.near_duplicate import near_duplicate_reason
 from semantic.store.entries import RedisEntryStore
 from tests.semantic.builders import make_scope
-from tests.semantic.test_rule import ScriptedVerifier, make_calibration
+from tests.semantic.rule.test_rule import ScriptedVerifier, make_calibration
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
 MULTILINGUAL = DATA_DIR / "multilingual_dev.jsonl"
 NEAREST = 3  # the candidates a lookup reads (`CacheConfig.candidates` is 4; the nearest is judged)
 

@@ -20,7 +20,7 @@ from gateway.observability.tracing import Tracing
 from tests.gateway.conftest import auth, chat, make_settings
 from tests.gateway.fakes import ScriptedBackend
 from tests.gateway.live_server import serve
-from tests.gateway.test_breaker import MODEL, ask, make_flaky_upstream
+from tests.gateway.traffic.test_breaker import MODEL, ask, make_flaky_upstream
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

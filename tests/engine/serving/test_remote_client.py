@@ -19,7 +19,7 @@ from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, Te
 from engine.serving.ipc import open_connection, receive, sampling_to_wire
 from engine.serving.remote_client import EngineUnavailable, RemoteEngineClient
 from engine.serving.server import EngineServer
-from tests.engine.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
+from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,
     make_engine,
     one_torch_thread,

@@ -13,7 +13,7 @@ import pytest
 from engine.engine import ContextLengthExceeded
 from engine.sampler import SamplingParams
 from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
-from tests.engine.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
+from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,
     make_engine,
     one_torch_thread,
