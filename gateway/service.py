@@ -13,6 +13,7 @@ A store that is down never fails a request: the cache fails open to the backend,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -96,18 +97,34 @@ class CompletionCall:
     """Headers an upstream needs for this API besides kvgate's own (Anthropic's `anthropic-version`)."""
 
 
-@dataclass(frozen=True, slots=True)
 class StoredAnswer:
-    """What the cache keeps for a request: the whole response object as the backend sent it (`whole`), and
-    what the hit-rate figures need. `id` and `created` are replaced on every replay.
+    """What the cache keeps for a request: the whole response object as the backend sent it, as JSON text
+    (`whole_json`; parsed only when a replay needs it: a Responses hit sends the text as it is), and what the
+    hit-rate figures need. Chat, completions and Messages replays get a new `id` (and `created`).
 
     Entries stored before whole objects were (`{"text", "finish_reason", ...}`) are read as the one-choice
     object kvgate rendered for them."""
 
-    whole: dict[str, Any]
-    prompt_tokens: int
-    completion_tokens: int
-    generation_s: float
+    __slots__ = ("__dict__", "completion_tokens", "generation_s", "prompt_tokens", "whole_json")
+
+    def __init__(
+        self, whole_json: str, prompt_tokens: int, completion_tokens: int, generation_s: float
+    ) -> None:
+        self.whole_json = whole_json
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.generation_s = generation_s
+
+    @classmethod
+    def of(
+        cls, whole: dict[str, Any], prompt_tokens: int, completion_tokens: int, generation_s: float
+    ) -> StoredAnswer:
+        return cls(pydantic_core.to_json(whole).decode(), prompt_tokens, completion_tokens, generation_s)
+
+    @functools.cached_property
+    def whole(self) -> dict[str, Any]:
+        whole: dict[str, Any] = pydantic_core.from_json(self.whole_json)
+        return whole
 
     @property
     def finish_reason(self) -> str:
@@ -122,7 +139,7 @@ class StoredAnswer:
         return json.dumps(
             {
                 "v": STORED_FORMAT,
-                "whole": self.whole,
+                "whole": self.whole_json,
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "generation_s": round(self.generation_s, 4),
@@ -134,20 +151,23 @@ class StoredAnswer:
     def from_json(cls, raw: str, *, chat: bool, model: str) -> StoredAnswer:
         data = pydantic_core.from_json(raw)  # a hit's hot path: Rust's parser, a third of json.loads' time
         prompt_tokens, completion_tokens = int(data["prompt_tokens"]), int(data["completion_tokens"])
+        generation_s = float(data.get("generation_s", 0.0))
         if data.get("v") == STORED_FORMAT:
-            whole = dict(data["whole"])
-        else:  # the first format: the text and its finish reason
-            usage = _usage(prompt_tokens, completion_tokens, cached=prompt_tokens).model_dump()
-            whole = whole_from_text(
-                chat=chat,
-                model=model,
-                text=str(data["text"]),
-                finish_reason=str(data["finish_reason"]),
-                usage=usage,
-                response_id="",
-                created=0,
-            )
-        return cls(whole, prompt_tokens, completion_tokens, float(data.get("generation_s", 0.0)))
+            whole_json = data["whole"]
+            if not isinstance(whole_json, str):  # the object itself rather than its text: read it too
+                whole_json = pydantic_core.to_json(whole_json).decode()
+            return cls(whole_json, prompt_tokens, completion_tokens, generation_s)
+        usage = _usage(prompt_tokens, completion_tokens, cached=prompt_tokens).model_dump()
+        whole = whole_from_text(  # the first format: the text and its finish reason
+            chat=chat,
+            model=model,
+            text=str(data["text"]),
+            finish_reason=str(data["finish_reason"]),
+            usage=usage,
+            response_id="",
+            created=0,
+        )
+        return cls.of(whole, prompt_tokens, completion_tokens, generation_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,7 +417,7 @@ class CompletionService:
         keep, text_only = _policy(scope.endpoint, whole, self.store_truncated)
         if call.control.no_store or not keep:
             return
-        stored = StoredAnswer(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
+        stored = StoredAnswer.of(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
         raw = stored.to_json()
         if len(raw.encode()) > self.max_stored_answer_bytes:  # bounds Redis memory per entry
             return

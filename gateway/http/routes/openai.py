@@ -246,7 +246,7 @@ async def _respond_responses(
     if isinstance(answer, CachedAnswer):
         if request.stream:
             return _sse_response(_named_events(iter(response_events(answer.answer.whole))), headers)
-        return Response(_json(answer.answer.whole), media_type=JSON, headers=headers)
+        return Response(answer.answer.whole_json.encode(), media_type=JSON, headers=headers)  # as stored
     events = answer.flight.follow()
     if request.stream:
         first = await _first_event(events)
