@@ -15,9 +15,10 @@ request's W3C `traceparent` is forwarded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -65,7 +66,7 @@ class UpstreamBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         path = request.path or ("chat/completions" if request.messages is not None else "completions")
         body = dict(request.body)
-        if request.stream and request.path is not None:  # Responses: usage comes with `response.completed`
+        if request.stream and request.path is not None:  # Responses and Messages carry usage in their events
             body["stream"] = True
         elif request.stream:
             body["stream"] = True
@@ -74,7 +75,7 @@ class UpstreamBackend:
         usage: dict[str, Any] = {}
         if self._breaker is not None:
             self._breaker.check()
-        try:
+        with self._failures():
             response = await self._open(path, body, request.headers)
             try:
                 if response.status_code >= 400:
@@ -98,19 +99,6 @@ class UpstreamBackend:
                     yield Whole(whole)
             finally:
                 await response.aclose()
-        except httpx.TimeoutException as error:
-            self._count(failed=True)
-            raise UpstreamFailed(
-                "The upstream server timed out.", status_code=504, code="upstream_timeout"
-            ) from error
-        except httpx.TransportError as error:
-            self._count(failed=True)
-            raise UpstreamFailed(
-                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
-            ) from error
-        except ValueError as error:  # a body that is not JSON
-            self._count(failed=True)
-            raise UpstreamFailed("The upstream server sent a malformed answer.", status_code=502) from error
         self._count(failed=False)
         details = usage.get("prompt_tokens_details") or {}
         yield Finished(
@@ -124,7 +112,7 @@ class UpstreamBackend:
         """The upstream's answer to an embeddings request, as sent."""
         if self._breaker is not None:
             self._breaker.check()
-        try:
+        with self._failures():
             response = await self._open("embeddings", body)
             try:
                 await response.aread()
@@ -134,19 +122,6 @@ class UpstreamBackend:
                 whole = response.json()
             finally:
                 await response.aclose()
-        except httpx.TimeoutException as error:
-            self._count(failed=True)
-            raise UpstreamFailed(
-                "The upstream server timed out.", status_code=504, code="upstream_timeout"
-            ) from error
-        except httpx.TransportError as error:
-            self._count(failed=True)
-            raise UpstreamFailed(
-                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
-            ) from error
-        except ValueError as error:
-            self._count(failed=True)
-            raise UpstreamFailed("The upstream server sent a malformed answer.", status_code=502) from error
         if not isinstance(whole, dict) or not isinstance(whole.get("data"), list):
             self._count(failed=True)
             raise UpstreamFailed("The upstream server sent no embeddings.", status_code=502)
@@ -163,16 +138,9 @@ class UpstreamBackend:
             headers = headers | {TRACEPARENT: trace.traceparent}
         url = httpx.URL(path, query=query.encode())
         request = self._client.build_request(method, url, headers=headers, content=body)
-        try:
+        with self._failures():
             return await self._client.send(request, stream=True)
-        except httpx.TimeoutException as error:
-            raise UpstreamFailed(
-                "The upstream server timed out.", status_code=504, code="upstream_timeout"
-            ) from error
-        except httpx.TransportError as error:
-            raise UpstreamFailed(
-                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
-            ) from error
+        raise AssertionError("unreachable")
 
     async def abort(self, request_id: str) -> None:
         # Closing the stream (done by the caller leaving the `async with`) is how HTTP aborts.
@@ -215,6 +183,25 @@ class UpstreamBackend:
                     raise
                 await asyncio.sleep(random.uniform(0, RETRY_BASE_S * 2**attempt))  # full jitter
         raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """httpx's failures, and a body that is not JSON, as kvgate's errors, each counted by the breaker."""
+        try:
+            yield
+        except httpx.TimeoutException as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server timed out.", status_code=504, code="upstream_timeout"
+            ) from error
+        except httpx.TransportError as error:
+            self._count(failed=True)
+            raise UpstreamFailed(
+                "The upstream server could not be reached.", status_code=502, code="upstream_unreachable"
+            ) from error
+        except ValueError as error:
+            self._count(failed=True)
+            raise UpstreamFailed("The upstream server sent a malformed answer.", status_code=502) from error
 
     def _count(self, *, failed: bool) -> None:
         if self._breaker is None:

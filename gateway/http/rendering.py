@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.api.errors import ServiceUnavailable
 from gateway.api.ids import random_hex
 from gateway.api.objects import (
     ChatChoice,
@@ -24,6 +25,7 @@ from gateway.api.objects import (
     ResponseMessage,
     Usage,
 )
+from gateway.backends.protocol import GenerationEvent
 
 REPLAY_CHUNK_CHARS = 24
 
@@ -107,6 +109,18 @@ class Renderer:
             choices=[CompletionChoice(text=text, finish_reason=finish_reason)],
         )
         return sse(completion.model_dump(exclude={"usage"}))
+
+
+async def first_event(events: AsyncGenerator[GenerationEvent, None]) -> GenerationEvent:
+    """A live answer's first event, so that an error before it is a plain HTTP error, not a broken stream."""
+    try:
+        return await anext(events)
+    except StopAsyncIteration as ended:
+        await events.aclose()
+        raise ServiceUnavailable("The generation ended without output.") from ended
+    except BaseException:
+        await events.aclose()
+        raise
 
 
 def sse(payload: dict[str, Any]) -> str:

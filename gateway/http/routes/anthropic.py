@@ -24,6 +24,7 @@ from gateway.api.errors import InvalidRequest, KvgateError, ServiceUnavailable
 from gateway.api.ids import random_hex
 from gateway.api.objects import MessagesRequest
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
+from gateway.http.rendering import first_event
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.service import CachedAnswer, CompletionCall, CompletionService, LiveAnswer
@@ -146,7 +147,7 @@ async def _respond(
         return Response(_json(whole), media_type="application/json", headers=headers)
     events = answer.flight.follow()
     if request.stream:
-        first = await _first(events)
+        first = await first_event(events)
         return _stream(_live(request, first, events), headers)
     text: list[str] = []
     sent: dict[str, Any] | None = None
@@ -212,17 +213,6 @@ def _from_engine(
         output_tokens=finished.completion_tokens if finished is not None else 0,
         message_id=message_id or "msg_" + random_hex(12),
     )
-
-
-async def _first(events: AsyncGenerator[GenerationEvent, None]) -> GenerationEvent:
-    try:
-        return await anext(events)
-    except StopAsyncIteration as ended:
-        await events.aclose()
-        raise ServiceUnavailable("The generation ended without output.") from ended
-    except BaseException:
-        await events.aclose()
-        raise
 
 
 async def _events(events: Iterator[dict[str, Any]]) -> AsyncIterator[str]:

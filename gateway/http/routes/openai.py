@@ -27,7 +27,7 @@ from gateway.api.objects import (
 from gateway.api.response_objects import response_events
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
 from gateway.http.deps import CurrentTenant, ServiceDep
-from gateway.http.rendering import SSE_DONE, Renderer, sse
+from gateway.http.rendering import SSE_DONE, Renderer, first_event, sse
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.observability.tracing import Tracing
@@ -219,7 +219,7 @@ async def _respond(
         return Response(_json(replayed), media_type=JSON, headers=headers)
     events = answer.flight.follow()
     if request.stream:
-        first = await _first_event(events)  # errors before the first token are plain HTTP errors
+        first = await first_event(events)  # errors before the first token are plain HTTP errors
         return _sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
     text: list[str] = []
     sent: dict[str, Any] | None = None
@@ -249,7 +249,7 @@ async def _respond_responses(
         return Response(answer.answer.whole_json.encode(), media_type=JSON, headers=headers)  # as stored
     events = answer.flight.follow()
     if request.stream:
-        first = await _first_event(events)
+        first = await first_event(events)
         return _sse_response(_relayed_events(first, events), headers)
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
@@ -300,17 +300,6 @@ def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
     if lookup.kind.value == "semantic_hit" and lookup.similarity is not None:
         headers["x-kvgate-similarity"] = f"{lookup.similarity:.4f}"
     return headers
-
-
-async def _first_event(events: AsyncGenerator[GenerationEvent, None]) -> GenerationEvent:
-    try:
-        return await anext(events)
-    except StopAsyncIteration as ended:
-        await events.aclose()
-        raise ServiceUnavailable("The generation ended without output.") from ended
-    except BaseException:
-        await events.aclose()
-        raise
 
 
 async def _live(
