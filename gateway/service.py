@@ -13,8 +13,6 @@ A store that is down never fails a request: the cache fails open to the backend,
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import logging
 import math
 import time
@@ -22,24 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pydantic_core
 from redis.exceptions import RedisError
 
-from gateway.api.anthropic_objects import (
-    accumulate_message,
-    message_from_text,
-    message_text,
-    plain_text_message,
-    storable_message,
-)
+from gateway.answers import StoredAnswer, policy, whole_of
 from gateway.api.chunks import (
-    accumulate_chat,
-    accumulate_text,
     answer_text,
-    finish_reasons,
-    plain_text,
-    refused,
-    whole_from_text,
 )
 from gateway.api.errors import InvalidRequest, NotFound, RateLimited
 from gateway.api.ids import random_hex
@@ -48,22 +33,11 @@ from gateway.api.objects import (
     CompletionRequest,
     MessagesRequest,
     ResponsesRequest,
-    Usage,
-)
-from gateway.api.response_objects import (
-    completed_response,
-    plain_text_response,
-    response_text,
-    storable_response,
 )
 from gateway.backends.protocol import (
     Backend,
-    Chunk,
     Finished,
-    GenerationEvent,
     GenerationRequest,
-    TextDelta,
-    Whole,
 )
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.shadow import ShadowStats
@@ -77,8 +51,6 @@ from semantic.store.scope import RequestScope, build_scope
 logger = logging.getLogger("kvgate.service")
 
 AnyRequest = ChatCompletionRequest | CompletionRequest | ResponsesRequest | MessagesRequest
-# The stored answer's format: 2 is the whole response object (the first held its text only).
-STORED_FORMAT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,79 +67,6 @@ class CompletionCall:
     """Charged once the call is known to need the backend (the rate limiter, when hits are free)."""
     upstream_headers: dict[str, str] = field(default_factory=dict)
     """Headers an upstream needs for this API besides kvgate's own (Anthropic's `anthropic-version`)."""
-
-
-class StoredAnswer:
-    """What the cache keeps for a request: the whole response object as the backend sent it, as JSON text
-    (`whole_json`; parsed only when a replay needs it: a Responses hit sends the text as it is), and what the
-    hit-rate figures need. Chat, completions and Messages replays get a new `id` (and `created`).
-
-    Entries stored before whole objects were (`{"text", "finish_reason", ...}`) are read as the one-choice
-    object kvgate rendered for them."""
-
-    __slots__ = ("__dict__", "completion_tokens", "generation_s", "prompt_tokens", "whole_json")
-
-    def __init__(
-        self, whole_json: str, prompt_tokens: int, completion_tokens: int, generation_s: float
-    ) -> None:
-        self.whole_json = whole_json
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
-        self.generation_s = generation_s
-
-    @classmethod
-    def of(
-        cls, whole: dict[str, Any], prompt_tokens: int, completion_tokens: int, generation_s: float
-    ) -> StoredAnswer:
-        return cls(pydantic_core.to_json(whole).decode(), prompt_tokens, completion_tokens, generation_s)
-
-    @functools.cached_property
-    def whole(self) -> dict[str, Any]:
-        whole: dict[str, Any] = pydantic_core.from_json(self.whole_json)
-        return whole
-
-    @property
-    def finish_reason(self) -> str:
-        reasons = finish_reasons(self.whole)
-        return reasons[0] if reasons else "stop"
-
-    @property
-    def text(self) -> str:
-        return answer_text(self.whole) or message_text(self.whole) or response_text(self.whole)
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "v": STORED_FORMAT,
-                "whole": self.whole_json,
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens,
-                "generation_s": round(self.generation_s, 4),
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, raw: str, *, chat: bool, model: str) -> StoredAnswer:
-        data = pydantic_core.from_json(raw)  # a hit's hot path: Rust's parser, a third of json.loads' time
-        prompt_tokens, completion_tokens = int(data["prompt_tokens"]), int(data["completion_tokens"])
-        generation_s = float(data.get("generation_s", 0.0))
-        if data.get("v") == STORED_FORMAT:
-            whole_json = data["whole"]
-            if not isinstance(whole_json, str):  # the object itself rather than its text: read it too
-                whole_json = pydantic_core.to_json(whole_json).decode()
-            return cls(whole_json, prompt_tokens, completion_tokens, generation_s)
-        usage = _usage(prompt_tokens, completion_tokens, cached=prompt_tokens).model_dump()
-        whole = whole_from_text(  # the first format: the text and its finish reason
-            chat=chat,
-            model=model,
-            text=str(data["text"]),
-            finish_reason=str(data["finish_reason"]),
-            usage=usage,
-            response_id="",
-            created=0,
-        )
-        return cls.of(whole, prompt_tokens, completion_tokens, generation_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,7 +313,7 @@ class CompletionService:
         finished: Finished,
         generation_s: float,
     ) -> None:
-        keep, text_only = _policy(scope.endpoint, whole, self.store_truncated)
+        keep, text_only = policy(scope.endpoint, whole, self.store_truncated)
         if call.control.no_store or not keep:
             return
         stored = StoredAnswer.of(whole, finished.prompt_tokens, finished.completion_tokens, generation_s)
@@ -442,66 +341,6 @@ class CompletionService:
             logger.error(
                 "cache store unavailable during %s (failing open to the backend): %s", operation, error
             )
-
-
-def _policy(endpoint: str, whole: dict[str, Any], store_truncated: bool) -> tuple[bool, bool]:
-    """(may the answer be stored, may it serve a reworded request) for one API's whole object."""
-    if endpoint == "responses":
-        return storable_response(whole), plain_text_response(whole)
-    if endpoint == "messages":
-        stop_ok = store_truncated or whole.get("stop_reason") != "max_tokens"
-        return storable_message(whole) and stop_ok, plain_text_message(whole)
-    return storable(whole, store_truncated), plain_text(whole)
-
-
-def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
-    """May this answer be replayed to the next identical request? Never a refusal (it reaches the client as
-    sent, and the next request asks again: a refusal often follows moderation that changes, and a stored one
-    would answer every identical request until it expires), nor an answer a content filter cut or that has
-    no choice; a `length` cut only when `store_truncated`."""
-    reasons = finish_reasons(whole)
-    if not reasons or refused(whole) or "content_filter" in reasons or "None" in reasons:
-        return False
-    return store_truncated or "length" not in reasons
-
-
-def whole_of(
-    events: list[GenerationEvent], finished: Finished, *, endpoint: str, model: str
-) -> dict[str, Any]:
-    """The whole response object of a finished generation: the upstream's own object, its chunks folded as
-    the SDK folds them (a Responses stream's last event carries it), or the engine's text as kvgate renders
-    it. An empty dict when a stream never completed."""
-    for event in events:
-        if isinstance(event, Whole):
-            return event.payload
-    chat = endpoint == "chat"
-    chunks = [event.payload for event in events if isinstance(event, Chunk)]
-    if endpoint == "responses":
-        return completed_response(chunks) or {}
-    if endpoint == "messages":
-        if chunks:
-            return accumulate_message(chunks)
-        return message_from_text(
-            model=model,
-            text="".join(event.text for event in events if isinstance(event, TextDelta)),
-            finish_reason=finished.finish_reason,
-            input_tokens=finished.prompt_tokens,
-            output_tokens=finished.completion_tokens,
-            message_id="msg_" + random_hex(12),
-        )
-    if chunks:
-        return accumulate_chat(chunks) if chat else accumulate_text(chunks)
-    text = "".join(event.text for event in events if isinstance(event, TextDelta))
-    prefix = "chatcmpl-" if chat else "cmpl-"
-    return whole_from_text(
-        chat=chat,
-        model=model,
-        text=text,
-        finish_reason=finished.finish_reason,
-        usage=usage_of(finished).model_dump(),
-        response_id=prefix + random_hex(12),
-        created=int(time.time()),
-    )
 
 
 def generation_request(call: CompletionCall) -> GenerationRequest:
@@ -537,19 +376,6 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         stream=request.stream,
         path=path,
         headers=headers,
-    )
-
-
-def usage_of(finished: Finished) -> Usage:
-    return _usage(finished.prompt_tokens, finished.completion_tokens, cached=finished.cached_tokens)
-
-
-def _usage(prompt: int, completion: int, cached: int) -> Usage:
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion,
-        prompt_tokens_details={"cached_tokens": cached},
     )
 
 

@@ -26,7 +26,7 @@ ROOMS: dict[str, list[set[str]]] = {
     "gateway": [
         {"gateway.cli", "gateway.supervisor"},  # the commands: start the processes, serve the app
         {"gateway.http"},  # the app, its routes and the HTTP workers
-        {"gateway.service", "gateway.embeddings"},  # one request's flow (an embeddings request's, per input)
+        {"gateway.service", "gateway.embeddings", "gateway.answers"},  # one request's flow, per API
         {"gateway.backends", "gateway.traffic", "gateway.observability", "gateway.runtime"},
         {"gateway.api"},  # OpenAI's objects, errors, ids: what every room speaks
     ],

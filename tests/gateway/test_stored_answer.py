@@ -6,7 +6,7 @@ import json
 
 from openai.types.chat import ChatCompletion
 
-from gateway.service import StoredAnswer
+from gateway.answers import StoredAnswer
 from tests.gateway.openai_upstream import chat_answer
 
 

@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry.trace import Span
 from starlette.routing import Route
 
+from gateway.answers import usage_of
 from gateway.api.chunks import chat_chunks, text_chunks
 from gateway.api.errors import InvalidRequest, KvgateError, ServiceUnavailable
 from gateway.api.objects import (
@@ -31,7 +32,7 @@ from gateway.http.rendering import SSE_DONE, Renderer, first_event, sse
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.observability.tracing import Tracing
-from gateway.service import CachedAnswer, CompletionCall, CompletionService, LiveAnswer, usage_of
+from gateway.service import CachedAnswer, CompletionCall, CompletionService, LiveAnswer
 from gateway.traffic.controls import STRICTNESS_HEADER, TAGS_HEADER, parse_cache_control, parse_tags
 from gateway.traffic.limits import refuse_unsupported
 from gateway.traffic.ratelimit import Admission, RateLimiter
