@@ -9,22 +9,20 @@ it (one generation, a second protocol). Every error on this route has Anthropic'
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import pydantic_core
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway.api.anthropic_objects import message_events, message_from_text
 from gateway.api.errors import InvalidRequest, KvgateError, ServiceUnavailable
 from gateway.api.ids import random_hex
 from gateway.api.objects import MessagesRequest
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
-from gateway.http.rendering import first_event
+from gateway.http.rendering import first_event, json_body, named_sse, named_sse_stream, sse_response
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.service import CachedAnswer, CompletionCall, CompletionService, LiveAnswer
@@ -143,12 +141,12 @@ async def _respond(
     if isinstance(answer, CachedAnswer):
         whole = answer.answer.whole | {"id": "msg_" + random_hex(12)}
         if request.stream:
-            return _stream(_events(message_events(whole)), headers)
-        return Response(_json(whole), media_type="application/json", headers=headers)
+            return sse_response(named_sse_stream(message_events(whole)), headers)
+        return Response(json_body(whole), media_type="application/json", headers=headers)
     events = answer.flight.follow()
     if request.stream:
         first = await first_event(events)
-        return _stream(_live(request, first, events), headers)
+        return sse_response(_live(request, first, events), headers)
     text: list[str] = []
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
@@ -159,7 +157,7 @@ async def _respond(
                 text.append(event.text)
             elif isinstance(event, Finished):
                 whole = sent or _from_engine(request, "".join(text), event)
-                return Response(_json(whole), media_type="application/json", headers=headers)
+                return Response(json_body(whole), media_type="application/json", headers=headers)
     raise ServiceUnavailable("The generation ended without finishing.")
 
 
@@ -174,30 +172,30 @@ async def _live(
         try:
             if not relayed:
                 start = _from_engine(request, "", None, message_id) | {"content": [], "stop_reason": None}
-                yield _named({"type": "message_start", "message": start})
+                yield named_sse({"type": "message_start", "message": start})
                 block = {"type": "text", "text": ""}
-                yield _named({"type": "content_block_start", "index": 0, "content_block": block})
+                yield named_sse({"type": "content_block_start", "index": 0, "content_block": block})
             while event is not None:
                 if isinstance(event, Chunk):
-                    yield _named(event.payload)
+                    yield named_sse(event.payload)
                 elif isinstance(event, TextDelta) and event.text:
                     delta = {"type": "text_delta", "text": event.text}
-                    yield _named({"type": "content_block_delta", "index": 0, "delta": delta})
+                    yield named_sse({"type": "content_block_delta", "index": 0, "delta": delta})
                 elif isinstance(event, Finished):
                     if not relayed:  # an upstream's own events carried its end
                         whole = _from_engine(request, "", event, message_id)
-                        yield _named({"type": "content_block_stop", "index": 0})
+                        yield named_sse({"type": "content_block_stop", "index": 0})
                         stop = {"stop_reason": whole["stop_reason"], "stop_sequence": None}
                         usage = {"output_tokens": event.completion_tokens}
-                        yield _named({"type": "message_delta", "delta": stop, "usage": usage})
-                        yield _named({"type": "message_stop"})
+                        yield named_sse({"type": "message_delta", "delta": stop, "usage": usage})
+                        yield named_sse({"type": "message_stop"})
                     break
                 event = await anext(events, None)
         except KvgateError as error:
             kind = ERROR_TYPES.get(error.error_type, "api_error")
-            yield _named({"type": "error", "error": {"type": kind, "message": error.message}})
+            yield named_sse({"type": "error", "error": {"type": kind, "message": error.message}})
         except Exception:
-            yield _named(
+            yield named_sse(
                 {"type": "error", "error": {"type": "api_error", "message": "The generation failed."}}
             )
 
@@ -213,22 +211,3 @@ def _from_engine(
         output_tokens=finished.completion_tokens if finished is not None else 0,
         message_id=message_id or "msg_" + random_hex(12),
     )
-
-
-async def _events(events: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
-    for event in events:
-        yield _named(event)
-
-
-def _named(event: dict[str, Any]) -> str:
-    return f"event: {event.get('type', 'message')}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
-
-
-def _stream(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
-    return StreamingResponse(
-        stream, media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"}
-    )
-
-
-def _json(payload: dict[str, Any]) -> bytes:
-    return pydantic_core.to_json(payload)

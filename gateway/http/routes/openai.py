@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
-import pydantic_core
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
 from opentelemetry.trace import Span
 from starlette.routing import Route
 
@@ -28,7 +25,16 @@ from gateway.api.objects import (
 from gateway.api.response_objects import response_events
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
 from gateway.http.deps import CurrentTenant, ServiceDep
-from gateway.http.rendering import SSE_DONE, Renderer, first_event, sse
+from gateway.http.rendering import (
+    SSE_DONE,
+    Renderer,
+    first_event,
+    json_body,
+    named_sse,
+    named_sse_stream,
+    sse,
+    sse_response,
+)
 from gateway.http.request_body import parse_body
 from gateway.observability.request_log import log_request
 from gateway.observability.tracing import Tracing
@@ -216,12 +222,12 @@ async def _respond(
         replayed = answer.answer.whole | {"id": renderer.id, "created": renderer.created}
         if request.stream:
             unfold = chat_chunks if chat else text_chunks
-            return _sse_response(_replay(unfold(replayed, request.include_usage_in_stream)), headers)
-        return Response(_json(replayed), media_type=JSON, headers=headers)
+            return sse_response(_replay(unfold(replayed, request.include_usage_in_stream)), headers)
+        return Response(json_body(replayed), media_type=JSON, headers=headers)
     events = answer.flight.follow()
     if request.stream:
         first = await first_event(events)  # errors before the first token are plain HTTP errors
-        return _sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
+        return sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
     text: list[str] = []
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
@@ -230,7 +236,7 @@ async def _respond(
                 sent = event.payload  # answered once stored: `Finished` is published after the store
             elif isinstance(event, Finished):
                 if sent is not None:
-                    return Response(_json(sent), media_type=JSON, headers=headers)
+                    return Response(json_body(sent), media_type=JSON, headers=headers)
                 body = renderer.whole("".join(text), _finish(event.finish_reason), usage_of(event))
                 return Response(body, media_type=JSON, headers=headers)
             elif isinstance(event, TextDelta):
@@ -246,25 +252,20 @@ async def _respond_responses(
     own JSON or events as they arrive."""
     if isinstance(answer, CachedAnswer):
         if request.stream:
-            return _sse_response(_named_events(iter(response_events(answer.answer.whole))), headers)
+            return sse_response(named_sse_stream(iter(response_events(answer.answer.whole))), headers)
         return Response(answer.answer.whole_json.encode(), media_type=JSON, headers=headers)  # as stored
     events = answer.flight.follow()
     if request.stream:
         first = await first_event(events)
-        return _sse_response(_relayed_events(first, events), headers)
+        return sse_response(_relayed_events(first, events), headers)
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, Whole):
                 sent = event.payload
             elif isinstance(event, Finished) and sent is not None:
-                return Response(_json(sent), media_type=JSON, headers=headers)
+                return Response(json_body(sent), media_type=JSON, headers=headers)
     raise ServiceUnavailable("The generation ended without finishing.")
-
-
-async def _named_events(events: Iterator[dict[str, Any]]) -> AsyncIterator[str]:
-    for event in events:
-        yield _named(event)
 
 
 async def _relayed_events(
@@ -275,17 +276,12 @@ async def _relayed_events(
         try:
             while event is not None and not isinstance(event, Finished):
                 if isinstance(event, Chunk):
-                    yield _named(event.payload)
+                    yield named_sse(event.payload)
                 event = await anext(events, None)
         except KvgateError as error:
-            yield _named({"type": "error", **error.body()["error"]})
+            yield named_sse({"type": "error", **error.body()["error"]})
         except Exception:
-            yield _named({"type": "error", **ServiceUnavailable("The generation failed.").body()["error"]})
-
-
-def _named(event: dict[str, Any]) -> str:
-    """A Responses stream event: its type as the SSE event name, as OpenAI sends it."""
-    return f"event: {event.get('type', 'message')}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+            yield named_sse({"type": "error", **ServiceUnavailable("The generation failed.").body()["error"]})
 
 
 def _cache_headers(answer: CachedAnswer | LiveAnswer) -> dict[str, str]:
@@ -354,18 +350,6 @@ def _as_asked(chunk: dict[str, Any], include_usage: bool) -> dict[str, Any] | No
     if not chunk.get("choices"):
         return None
     return {name: value for name, value in chunk.items() if name != "usage"}
-
-
-def _json(payload: dict[str, Any]) -> bytes:
-    return pydantic_core.to_json(
-        payload
-    )  # compact UTF-8, as the upstream's bytes; a third of json.dumps' time
-
-
-def _sse_response(stream: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
-    return StreamingResponse(
-        stream, media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"}
-    )
 
 
 def _finish(reason: str) -> FinishReason:
