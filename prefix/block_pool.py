@@ -135,6 +135,12 @@ class BlockPool:
                 self._num_cached_free -= 1
             block.ref_count += 1
 
+    def share(self, blocks: Iterable[Block]) -> None:
+        """Add a reference to blocks in use, for a sequence forked from the one holding them."""
+        for block in blocks:
+            assert block.ref_count > 0, f"block {block.block_id} is not in use"
+            block.ref_count += 1
+
     def cache_block(
         self,
         block: Block,

@@ -6,6 +6,10 @@ The scheduler counts tokens, not phases:
   - `cache_full_blocks` is called after a forward pass with how many tokens now have KV; full blocks
     up to there become reusable. Chunked prefill and decode take the same path;
   - `append_slots` reserves room for tokens the sampler adds;
+  - `fork` gives a new sequence the blocks of a live one (parallel sampling: one prefill, n choices); the
+    shared blocks are reference-counted, and the first token a sequence appends to a shared, partly filled
+    last block moves it to a copy of that block (copy-on-write; `take_block_copies` tells the engine which
+    KV blocks to copy before the step that writes the token);
   - `free` returns a finished or preempted sequence's blocks, last block first.
 A call that cannot be satisfied returns False and changes nothing, so the scheduler can preempt
 someone and try again. One step of a scheduler, roughly:
@@ -75,6 +79,7 @@ class BlockManager:
         self.pool = BlockPool(config.num_blocks)
         self._hash_fn = hash_fn
         self._seqs: dict[SeqId, _SeqBlocks] = {}
+        self._block_copies: list[tuple[int, int]] = []
         self._num_queried_tokens = 0
         self._num_hit_tokens = 0
 
@@ -136,9 +141,37 @@ class BlockManager:
         num_new_blocks = self._num_blocks_to_append(seq, len(new_token_ids))
         if num_new_blocks > self.pool.num_free_blocks:
             return False
+        if new_token_ids and self._writes_shared_block(seq):
+            # The new token's KV would land in a block other sequences read: write it into a copy.
+            shared = seq.blocks[-1]
+            [copy] = self.pool.take_free_blocks(1)
+            self.pool.free_blocks([shared])  # drops this sequence's reference; the others keep it
+            seq.blocks[-1] = copy
+            self._block_copies.append((shared.block_id, copy.block_id))
+            num_new_blocks -= 1
         seq.blocks.extend(self.pool.take_free_blocks(num_new_blocks))
         seq.token_ids.extend(new_token_ids)
         return True
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
+        """Give `child_id` the blocks and tokens of live `parent_id`, sharing every block (no copy now)."""
+        if child_id in self._seqs:
+            raise ValueError(f"sequence {child_id!r} already holds blocks")
+        parent = self._seqs[parent_id]
+        self.pool.share(parent.blocks)
+        self._seqs[child_id] = _SeqBlocks(
+            token_ids=list(parent.token_ids),
+            extra_keys=parent.extra_keys,
+            blocks=list(parent.blocks),
+            num_cached_tokens=parent.num_cached_tokens,
+            num_hashed_blocks=parent.num_hashed_blocks,
+        )
+
+    def take_block_copies(self) -> list[tuple[int, int]]:
+        """(source, destination) block ids whose KV must be copied before the next forward pass, in order;
+        cleared by the call."""
+        copies, self._block_copies = self._block_copies, []
+        return copies
 
     def cache_full_blocks(self, seq_id: SeqId, num_computed_tokens: int) -> None:
         """Make the sequence's full blocks among its first `num_computed_tokens` tokens reusable.
@@ -234,7 +267,13 @@ class BlockManager:
     def _num_blocks_to_append(self, seq: _SeqBlocks, num_new_tokens: int) -> int:
         if num_new_tokens < 0:
             raise ValueError(f"num_new_tokens must be >= 0, got {num_new_tokens}")
-        return self._num_blocks_for(len(seq.token_ids) + num_new_tokens) - len(seq.blocks)
+        num_new_blocks = self._num_blocks_for(len(seq.token_ids) + num_new_tokens) - len(seq.blocks)
+        copy_on_write = 1 if num_new_tokens and self._writes_shared_block(seq) else 0
+        return num_new_blocks + copy_on_write
+
+    def _writes_shared_block(self, seq: _SeqBlocks) -> bool:
+        """Whether the next token goes into a partly filled last block that other sequences hold too."""
+        return len(seq.token_ids) % self.block_size != 0 and seq.blocks[-1].ref_count > 1
 
     def _num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)

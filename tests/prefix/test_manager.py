@@ -411,3 +411,43 @@ def test_extra_keys_default_is_the_empty_namespace() -> None:
     admit_and_compute(manager, "a", [*COMMON, 9])
     assert manager.find_cached_prefix([*COMMON, 9], NO_EXTRA_KEYS).block_ids == (0, 1)
     assert manager.find_cached_prefix([*COMMON, 9], ExtraKeys.of(tenant_key("t"))).block_ids == ()
+
+
+# Fork (parallel sampling) --------------------------------------------------------------------------
+
+
+def test_a_fork_shares_every_block_and_the_first_write_to_the_shared_tail_copies_it() -> None:
+    manager = make_manager(num_blocks=6)
+    admit_and_compute(manager, "parent", [*COMMON, 9, 10])  # blocks 0, 1 full and cached; 2 holds 2 tokens
+    manager.fork("parent", "child-1")
+    manager.fork("parent", "child-2")
+    assert manager.block_table("child-1") == manager.block_table("child-2") == [0, 1, 2]
+    assert ref_counts(manager)[:3] == [3, 3, 3] and manager.num_free_blocks == 3
+    assert manager.append_slots("child-1", [11])  # into the shared block 2: copy it first
+    assert manager.block_table("child-1") == [0, 1, 3]
+    assert manager.take_block_copies() == [(2, 3)] and manager.take_block_copies() == []
+    assert manager.append_slots("child-2", [12])
+    assert manager.take_block_copies() == [(2, 4)]
+    assert manager.append_slots("parent", [13])  # the last holder of block 2 writes in place
+    assert manager.take_block_copies() == [] and manager.block_table("parent") == [0, 1, 2]
+    assert ref_counts(manager)[:5] == [3, 3, 1, 1, 1]
+    for seq_id in ("child-1", "child-2", "parent"):
+        manager.free(seq_id)
+    assert ref_counts(manager) == [0] * 6 and manager.num_free_blocks == 6
+
+
+def test_a_copy_on_write_that_does_not_fit_changes_nothing() -> None:
+    manager = make_manager(num_blocks=3)
+    admit_and_compute(manager, "parent", [*COMMON, 9])  # all three blocks
+    manager.fork("parent", "child")
+    assert not manager.can_append("child") and not manager.append_slots("child", [10])
+    assert manager.take_block_copies() == [] and ref_counts(manager) == [2, 2, 2]
+
+
+def test_a_fork_on_a_block_boundary_copies_nothing() -> None:
+    manager = make_manager(num_blocks=6)
+    admit_and_compute(manager, "parent", COMMON)
+    manager.fork("parent", "child")
+    assert manager.append_slots("child", [9]) and manager.append_slots("parent", [10])
+    assert manager.take_block_copies() == []
+    assert manager.block_table("child")[:2] == manager.block_table("parent")[:2] == [0, 1]

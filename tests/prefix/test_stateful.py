@@ -79,7 +79,30 @@ class BlockManagerMachine(RuleBasedStateMachine):
             return
         assert fits
         self.token_ids[seq_id].extend(new_token_ids)
-        assert len(self.manager.block_table(seq_id)) == math.ceil(len(self.token_ids[seq_id]) / BLOCK_SIZE)
+        table = self.manager.block_table(seq_id)
+        assert len(table) == math.ceil(len(self.token_ids[seq_id]) / BLOCK_SIZE)
+        for source, target in self.manager.take_block_copies():
+            # Copy-on-write: the appending sequence now writes into a block of its own, the others keep
+            # the source.
+            assert target in table and source not in table
+            assert self.manager.pool.blocks[target].ref_count == 1
+            assert self.manager.pool.blocks[source].ref_count >= 1
+
+    @precondition(lambda self: any(self.num_computed[s] == len(t) for s, t in self.token_ids.items()))
+    @rule(data=st.data())
+    def fork(self, data: st.DataObject) -> None:
+        """Parallel sampling: a sequence whose tokens are all computed forks; the child shares every block."""
+        computed = [s for s, tokens in self.token_ids.items() if self.num_computed[s] == len(tokens)]
+        parent = data.draw(st.sampled_from(sorted(computed)))
+        child = f"s{self.next_seq}"
+        self.next_seq += 1
+        free_before = self.manager.num_free_blocks
+        self.manager.fork(parent, child)
+        assert self.manager.block_table(child) == self.manager.block_table(parent)
+        assert self.manager.num_free_blocks == free_before  # nothing is copied until someone writes
+        self.token_ids[child] = list(self.token_ids[parent])
+        self.namespace[child] = self.namespace[parent]
+        self.num_computed[child] = self.num_computed[parent]
 
     @precondition(lambda self: self.token_ids)
     @rule(data=st.data())
@@ -138,10 +161,15 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     @invariant()
     def writable_blocks_are_owned_by_one_sequence(self) -> None:
-        for seq_id in self.token_ids:
-            for block_id in self.manager.block_table(seq_id):
+        """An uncached block is shared only by forked sequences, as their last, partly filled block (the
+        first of them to append a token copies it)."""
+        for seq_id, token_ids in self.token_ids.items():
+            table = self.manager.block_table(seq_id)
+            for position, block_id in enumerate(table):
                 block = self.manager.pool.blocks[block_id]
-                if block.content is None:
+                if block.content is None and block.ref_count > 1:
+                    assert position == len(table) - 1 and len(token_ids) % BLOCK_SIZE != 0
+                elif block.content is None:
                     assert block.ref_count == 1
 
     @invariant()
