@@ -5,6 +5,12 @@ sequence whose chunk reached its last token, turns new tokens into text incremen
 conditions, and frees finished sequences at once. It returns what each touched request produced this
 step. The engine is single-threaded: `engine.serving.client` runs it on a thread of its own.
 
+A request with `n > 1` choices is one sequence while its prompt is computed (once); at its first sample it
+forks into `n` sequences sharing the prompt's KV blocks (`Scheduler.fork`), each with its own sampler
+(choice `i` of a seeded request draws from `seed + i`), stop checker and detokenizer. Outputs carry their
+choice `index`; the output that finishes the last choice has `last` set. With `logprobs`, each output
+carries the log-probabilities of the tokens whose text it releases (`engine.logprobs`).
+
 This module knows the model runner, the sampler, the tokenizer's `decode` and the scheduler's API; it
 makes no scheduling decisions and keeps no block accounting of its own.
 """
@@ -14,8 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
-from typing import Protocol
 
+import torch
+
+from engine.detokenizer import Detokenizer, IncrementalDetokenizer
+from engine.logprobs import PendingLogprobs, TokenLogprob, TopLogprobs, top_logprobs
 from engine.metrics import EngineMetrics
 from engine.model.llama import LlamaModel
 from engine.model.native_decode import DecodeKernel
@@ -30,8 +39,6 @@ from engine.weights.loader import LoadedModel
 from prefix.hashing import model_key
 from prefix.manager import BlockManager, BlockManagerConfig
 
-_DETOKENIZER_CONTEXT = 5  # prompt tokens decoded before the output, so its first token keeps its space
-
 
 class ContextLengthExceeded(ValueError):
     """The prompt leaves no room for a single output token in the model's context (or the KV pool)."""
@@ -43,12 +50,6 @@ class ContextLengthExceeded(ValueError):
         )
         self.num_prompt_tokens = num_prompt_tokens
         self.max_model_len = max_model_len
-
-
-class Detokenizer(Protocol):
-    """The part of a tokenizer the engine uses (transformers tokenizers have it)."""
-
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,12 @@ class RequestOutput:
     completion_tokens: int
     cached_tokens: int
     """Prompt tokens served from the prefix cache (at first admission)."""
+    index: int = 0
+    """The choice (0 .. n-1) this output belongs to; `completion_tokens` and `finish_reason` are its own."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """The log-probabilities of the tokens whose text this output releases (when the request asked)."""
+    last: bool = False
+    """Every choice of the request has finished: nothing more will come for it."""
 
 
 @dataclass(slots=True)
@@ -84,8 +91,14 @@ class _RequestState:
     sampler: RequestSampler
     stop_checker: StopChecker
     detokenizer: IncrementalDetokenizer
+    request_id: str
+    """The caller's id (the sequence's own id differs for choices after the first)."""
+    index: int = 0
+    forks_pending: bool = False
+    """Choices still to fork from this one at its first sample."""
     text: str = ""
     num_sent_chars: int = 0
+    logprobs: PendingLogprobs = field(default_factory=PendingLogprobs)
 
 
 class LLMEngine:
@@ -116,7 +129,9 @@ class LLMEngine:
         self.metrics = metrics or EngineMetrics()
         model_context = self.config.max_model_len or model.config.max_position_embeddings
         self.max_model_len = min(model_context, self.config.num_blocks * self.config.block_size)
-        self._requests: dict[str, _RequestState] = {}
+        self._requests: dict[str, _RequestState] = {}  # by sequence id
+        self._choices: dict[str, list[str]] = {}  # request id -> its unfinished sequences' ids
+        self._token_texts: dict[int, str] = {}  # one token decoded alone (logprobs' alternatives)
 
     # Public API ---------------------------------------------------------------------------------
 
@@ -131,8 +146,12 @@ class LLMEngine:
     ) -> None:
         """Queue a request. Raises `ContextLengthExceeded` (or ValueError) before scheduling anything."""
         self.check_prompt(prompt_token_ids)
-        if request_id in self._requests:
+        sequence_ids = [_choice_id(request_id, index) for index in range(sampling.n)]
+        if request_id in self._choices or any(seq_id in self._requests for seq_id in sequence_ids):
             raise ValueError(f"request id {request_id!r} is already in use")
+        vocab_size = self.runner.config.vocab_size
+        if any(token_id >= vocab_size for token_id, _ in sampling.logit_bias):
+            raise ValueError(f"logit_bias token ids must be in [0, {vocab_size})")
         sequence = Sequence(
             request_id,
             list(prompt_token_ids),
@@ -143,12 +162,9 @@ class LLMEngine:
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
         self.scheduler.add(sequence)
-        self._requests[request_id] = _RequestState(
-            sequence,
-            RequestSampler(sampling),
-            StopChecker(sampling, self.eos_token_ids),
-            IncrementalDetokenizer(self.tokenizer, sequence.prompt_token_ids),
-        )
+        self._requests[request_id] = self._state(sequence, request_id, 0)
+        self._requests[request_id].forks_pending = sampling.n > 1
+        self._choices[request_id] = [request_id]
 
     def check_prompt(self, prompt_token_ids: SequenceOf[int]) -> None:
         """Raise if a prompt can never be served: empty, unknown token ids, or too long for the context."""
@@ -161,27 +177,40 @@ class LLMEngine:
             raise ValueError(f"prompt token ids must be in [0, {vocab_size})")
 
     def abort(self, request_id: str) -> RequestOutput | None:
-        """Finish a request now, freeing its blocks; None if it is unknown or already finished."""
-        state = self._requests.get(request_id)
-        if state is None:
+        """Finish a request (every choice) now, freeing its blocks; returns the output of its last choice
+        (`last` set), None if it is unknown or already finished."""
+        sequence_ids = self._choices.get(request_id)
+        if sequence_ids is None:
             return None
-        return self._finish(state, "abort", "")
+        output = None
+        for sequence_id in list(sequence_ids):
+            output = self._finish(self._requests[sequence_id], "abort", "")
+        return output
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; returns the outputs of requests that sampled a token."""
         scheduled = self.scheduler.schedule()
         outputs: list[RequestOutput] = []
         if scheduled.chunks:
-            logits = self.runner.execute([_model_chunk(chunk) for chunk in scheduled.chunks])
+            model_chunks = [_model_chunk(chunk) for chunk in scheduled.chunks]
+            logits = self.runner.execute(model_chunks, scheduled.block_copies)
             self.scheduler.advance(scheduled)
-            sampling = [
-                self._requests[chunk.sequence.request_id] for chunk in scheduled.chunks if chunk.samples
-            ]
+            sampling: list[_RequestState] = []
+            rows: list[int] = []  # the logits row of each sampling state (forked choices share one)
+            sampling_chunks = (chunk for chunk in scheduled.chunks if chunk.samples)
+            for row, chunk in enumerate(sampling_chunks):
+                state = self._requests[chunk.sequence.request_id]
+                for choice in [state, *self._fork(state)]:
+                    sampling.append(choice)
+                    rows.append(row)
+            if len(rows) != logits.shape[0]:
+                logits = logits[rows]  # (len(sampling), vocab)
             token_ids = sample_batch(logits, [state.sampler for state in sampling])
+            logprobs = self._logprobs(logits, sampling, token_ids)
             now = time.monotonic()
             outputs = [
-                self._append_token(state, token_id, now)
-                for state, token_id in zip(sampling, token_ids, strict=True)
+                self._append_token(state, token_id, now, logprobs.get(row))
+                for row, (state, token_id) in enumerate(zip(sampling, token_ids, strict=True))
             ]
         self._record_step()
         return outputs
@@ -203,50 +232,140 @@ class LLMEngine:
 
     # Helpers ------------------------------------------------------------------------------------
 
-    def _append_token(self, state: _RequestState, token_id: int, now: float) -> RequestOutput:
+    def _state(self, sequence: Sequence, request_id: str, index: int) -> _RequestState:
+        return _RequestState(
+            sequence,
+            RequestSampler(sequence.sampling, index),
+            StopChecker(sequence.sampling, self.eos_token_ids),
+            IncrementalDetokenizer(self.tokenizer, sequence.prompt_token_ids),
+            request_id,
+            index,
+        )
+
+    def _fork(self, state: _RequestState) -> list[_RequestState]:
+        """At a request's first sample, its other choices: sequences sharing the prompt's blocks."""
+        if not state.forks_pending:
+            return []
+        state.forks_pending = False
+        parent = state.sequence
+        children = []
+        for index in range(1, parent.sampling.n):
+            child = Sequence(
+                _choice_id(state.request_id, index),
+                parent.prompt_token_ids,  # never mutated: shared
+                parent.sampling,
+                cache_salt=parent.cache_salt,
+                priority=parent.priority,
+                max_total_tokens=parent.max_total_tokens,
+                arrival_time=parent.arrival_time,
+            )
+            self.scheduler.fork(parent, child)
+            children.append(self._state(child, state.request_id, index))
+            self._requests[child.request_id] = children[-1]
+            self._choices[state.request_id].append(child.request_id)
+        return children
+
+    def _logprobs(
+        self, logits: torch.Tensor, sampling: list[_RequestState], token_ids: list[int]
+    ) -> dict[int, TopLogprobs]:
+        """Rows that asked for logprobs -> their chosen token's and the best alternatives' (raw logits)."""
+        rows = [row for row, state in enumerate(sampling) if state.sequence.sampling.logprobs is not None]
+        if not rows:
+            return {}
+        chosen = [token_ids[row] for row in rows]
+        num_top = [sampling[row].sequence.sampling.logprobs or 0 for row in rows]
+        return dict(zip(rows, top_logprobs(logits, rows, chosen, num_top), strict=True))
+
+    def _append_token(
+        self, state: _RequestState, token_id: int, now: float, logprobs: TopLogprobs | None = None
+    ) -> RequestOutput:
         sequence = state.sequence
         previous = sequence.last_token_time
         sequence.append_output_token(token_id, now)
+        state.sampler.record(token_id)
         if previous is None:
             self.metrics.record_token(now - sequence.arrival_time, None)
         else:
             self.metrics.record_token(None, now - previous)
         new_text = state.detokenizer.add(token_id)
         state.text += new_text
+        if logprobs is not None:
+            state.logprobs.add(self._token_logprob(logprobs, new_text))
         finish = state.stop_checker.check(sequence.output_token_ids, state.text, len(new_text))
         if finish is not None and finish.reason is StopReason.STOP:
-            # A stop string ends the text before it; a stop token's own text is left out too.
+            # A stop string ends the text before it; a stop token's own text (and logprob) is left out too.
             end = len(state.text) - len(new_text) if finish.text_end is None else finish.text_end
-            return self._finish(state, "stop", state.text[state.num_sent_chars : end], [token_id])
+            if finish.text_end is None and logprobs is not None:
+                state.logprobs.drop_last()
+            released = state.logprobs.release(end, final=True)
+            return self._finish(state, "stop", state.text[state.num_sent_chars : end], [token_id], released)
         if finish is not None or sequence.reached_length_limit():
-            state.text += state.detokenizer.flush()
-            return self._finish(state, "length", state.text[state.num_sent_chars :], [token_id])
+            flushed = state.detokenizer.flush()
+            state.text += flushed
+            state.logprobs.extend_last(flushed)
+            released = state.logprobs.release(len(state.text), final=True)
+            return self._finish(state, "length", state.text[state.num_sent_chars :], [token_id], released)
         visible = len(state.text) - state.stop_checker.num_held_back_chars(state.text)
         delta = state.text[state.num_sent_chars : visible]
         state.num_sent_chars = max(state.num_sent_chars, visible)
-        return self._output(sequence, delta, [token_id], None)
+        released = state.logprobs.release(state.num_sent_chars)
+        return self._output(state, delta, [token_id], None, released)
+
+    def _token_logprob(self, logprobs: TopLogprobs, text: str) -> TokenLogprob:
+        """The sampled token as the text it added; alternatives as each token decodes alone."""
+        top = tuple(
+            (text if token_id == logprobs.token_id else self._token_text(token_id), logprob)
+            for token_id, logprob in logprobs.top
+        )
+        return TokenLogprob(text, logprobs.logprob, top)
+
+    def _token_text(self, token_id: int) -> str:
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
 
     def _finish(
-        self, state: _RequestState, reason: FinishReason, text: str, token_ids: list[int] | None = None
+        self,
+        state: _RequestState,
+        reason: FinishReason,
+        text: str,
+        token_ids: list[int] | None = None,
+        logprobs: tuple[TokenLogprob, ...] = (),
     ) -> RequestOutput:
         sequence = state.sequence
         self.scheduler.finish(sequence, reason)
         del self._requests[sequence.request_id]
-        self.metrics.record_finished(reason, sequence.num_prompt_tokens)
+        choices = self._choices[state.request_id]
+        choices.remove(sequence.request_id)
+        last = not choices
+        if last:  # a request's prompt counts once, however many choices it forked into
+            del self._choices[state.request_id]
+            self.metrics.record_finished(reason, sequence.num_prompt_tokens)
         self._record_step()  # an abort between steps frees blocks too: keep the gauges true
-        return self._output(sequence, text, token_ids or [], reason)
+        return self._output(state, text, token_ids or [], reason, logprobs, last)
 
     def _output(
-        self, sequence: Sequence, text: str, token_ids: list[int], reason: FinishReason | None
+        self,
+        state: _RequestState,
+        text: str,
+        token_ids: list[int],
+        reason: FinishReason | None,
+        logprobs: tuple[TokenLogprob, ...] = (),
+        last: bool = False,
     ) -> RequestOutput:
+        sequence = state.sequence
         return RequestOutput(
-            sequence.request_id,
+            state.request_id,
             text,
             token_ids,
             reason,
             prompt_tokens=sequence.num_prompt_tokens,
             completion_tokens=sequence.num_output_tokens,
             cached_tokens=sequence.num_cached_prompt_tokens or 0,
+            index=state.index,
+            logprobs=logprobs,
+            last=last,
         )
 
     def _record_step(self) -> None:
@@ -261,43 +380,14 @@ class LLMEngine:
         )
 
 
+def _choice_id(request_id: str, index: int) -> str:
+    """The sequence id of a request's choice: the request's own id for the first."""
+    return request_id if index == 0 else f"{request_id}#{index}"
+
+
 def _model_chunk(chunk: ScheduledChunk) -> SequenceChunk:
     logits = LogitsFor.LAST if chunk.samples else LogitsFor.NONE
     return SequenceChunk(chunk.token_ids, chunk.start, chunk.block_table, logits)
-
-
-class IncrementalDetokenizer:
-    """One request's output tokens to text deltas, decoding only a short window each token.
-
-    A token can end in the middle of a UTF-8 character (byte-level BPE) or change how the previous token
-    reads (SentencePiece spaces), so text is released only once the window decodes cleanly."""
-
-    def __init__(self, tokenizer: Detokenizer, prompt_token_ids: list[int]) -> None:
-        self._tokenizer = tokenizer
-        self._token_ids = list(prompt_token_ids[-_DETOKENIZER_CONTEXT:])
-        self._prefix_offset = 0
-        self._read_offset = len(self._token_ids)
-
-    def add(self, token_id: int) -> str:
-        """Append a token; returns the text it completes ("" while a character is still partial)."""
-        self._token_ids.append(token_id)
-        prefix_text, full_text = self._decode_window()
-        if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
-            return ""
-        self._prefix_offset, self._read_offset = self._read_offset, len(self._token_ids)
-        return full_text[len(prefix_text) :]
-
-    def flush(self) -> str:
-        """Whatever text is still held back (at the end of a request)."""
-        prefix_text, full_text = self._decode_window()
-        self._prefix_offset = self._read_offset = len(self._token_ids)
-        return full_text[len(prefix_text) :]
-
-    def _decode_window(self) -> tuple[str, str]:
-        decode = self._tokenizer.decode
-        window = self._token_ids[self._prefix_offset :]
-        prefix = self._token_ids[self._prefix_offset : self._read_offset]
-        return decode(prefix, skip_special_tokens=True), decode(window, skip_special_tokens=True)
 
 
 def build_engine(loaded: LoadedModel, model_name: str, config: EngineConfig | None = None) -> LLMEngine:

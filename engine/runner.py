@@ -40,8 +40,11 @@ class ModelRunner:
         return self.kv_cache.num_blocks
 
     @torch.inference_mode()
-    def execute(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
-        """Compute the chunks' new tokens, writing their K/V into their blocks.
+    def execute(
+        self, chunks: Sequence[SequenceChunk], block_copies: Sequence[tuple[int, int]] = ()
+    ) -> torch.Tensor:
+        """Compute the chunks' new tokens, writing their K/V into their blocks, after copying the
+        (source, destination) `block_copies` (the scheduler's copy-on-write of forked sequences).
 
         Returns float32 logits (R, vocab): one row per chunk asking for `LogitsFor.LAST`, one per new token
         for `LogitsFor.ALL`, none for `LogitsFor.NONE`, in chunk order.
@@ -52,6 +55,7 @@ class ModelRunner:
                 and not 0 <= min(chunk.block_table) <= max(chunk.block_table) < self.num_blocks
             ):
                 raise ValueError(f"block table {list(chunk.block_table)} is outside 0..{self.num_blocks - 1}")
+        self.kv_cache.copy_blocks(list(block_copies))
         if self.native is None:
             return self._torch_step(chunks)
         decoding = [len(chunk.token_ids) == 1 and chunk.logits is LogitsFor.LAST for chunk in chunks]

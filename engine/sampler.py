@@ -1,7 +1,13 @@
-"""Choosing the next token from logits: greedy, temperature, top-k, top-p, with per-request seeds.
+"""Choosing the next token from logits: penalties and bias, then greedy, temperature, top-k, top-p, with
+per-request seeds.
 
 Each request samples from its own row with its own `torch.Generator`, so a seeded request draws the same
-tokens whether it runs alone or batched with others. When to stop is `engine.stopping`'s business.
+tokens whether it runs alone or batched with others. The choices of an `n > 1` request are forked from one
+parent: choice `i` of a seeded request draws from `seed + i` (distinct streams, each reproducible); without a
+seed each choice seeds itself afresh. Frequency / presence penalties and logit bias (`engine.penalties`) are
+applied to a copy of the rows that ask for them, so rows without them are untouched and cost nothing more;
+log-probabilities (`engine.logprobs`) are read from the raw logits, before any of this. When to stop is
+`engine.stopping`'s business.
 """
 
 from __future__ import annotations
@@ -10,6 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from engine.penalties import TokenCounts, apply_penalties
+
+MAX_N = 16
+"""Choices per request at most (each holds its own KV blocks once it diverges)."""
+MAX_LOGPROBS = 20
+"""Alternatives per token at most (OpenAI's bound for `top_logprobs`)."""
+MAX_LOGIT_BIAS = 100.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +38,11 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # in addition to the model's eos ids (unless ignore_eos)
     stop: tuple[str, ...] = ()  # stop strings; the text returned ends before the first one
     ignore_eos: bool = False
+    n: int = 1  # choices, forked from one prefill of the prompt
+    logprobs: int | None = None  # alternatives reported per token (0: the chosen token only); None: none
+    presence_penalty: float = 0.0  # subtracted once from every token already generated
+    frequency_penalty: float = 0.0  # subtracted per occurrence of a token already generated
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -36,38 +55,64 @@ class SamplingParams:
             raise ValueError("max_tokens must be positive")
         if any(not text for text in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if not 1 <= self.n <= MAX_N:
+            raise ValueError(f"n must be in [1, {MAX_N}]")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
+        for penalty in (self.presence_penalty, self.frequency_penalty):
+            if not -2.0 <= penalty <= 2.0:
+                raise ValueError("presence_penalty and frequency_penalty must be in [-2, 2]")
+        for token_id, bias in self.logit_bias:
+            if token_id < 0 or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise ValueError(f"logit_bias needs token ids >= 0 and biases in [-100, 100], got {token_id}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
 
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether penalties or a bias change this request's logits before it samples."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
+
 
 class RequestSampler:
-    """Draws one request's tokens; holds the request's random generator across steps."""
+    """Draws one choice's tokens; holds its random generator and the counts its penalties need."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, choice_index: int = 0) -> None:
         self.params = params
         self.generator = torch.Generator()
         if params.seed is None:
             self.generator.seed()
         else:
-            self.generator.manual_seed(params.seed)
+            self.generator.manual_seed(params.seed + choice_index)
+        self.counts = TokenCounts()
 
     def sample(self, logits: torch.Tensor) -> int:
-        """(vocab,) float32 logits -> the next token id."""
+        """(vocab,) float32 logits -> the next token id (penalties and bias applied to a copy first)."""
+        if self.params.adjusts_logits:
+            logits = apply_penalties(logits.clone(), self.params, self.counts)
         if self.params.greedy:
             return int(logits.argmax())
         probs = token_probabilities(logits, self.params.temperature, self.params.top_k, self.params.top_p)
         return int(torch.multinomial(probs.cpu(), 1, generator=self.generator))
 
+    def record(self, token_id: int) -> None:
+        """A token this choice generated (what the penalties count)."""
+        if self.params.presence_penalty or self.params.frequency_penalty:
+            self.counts.add(token_id)
+
 
 def sample_batch(logits: torch.Tensor, samplers: Sequence[RequestSampler]) -> list[int]:
-    """(R, vocab) logits, one sampler per row -> R token ids. Greedy rows share one argmax."""
+    """(R, vocab) logits, one sampler per row -> R token ids. Greedy rows without penalties or bias share
+    one argmax; `logits` is never modified."""
     if logits.shape[0] != len(samplers):
         raise ValueError(f"{logits.shape[0]} logits rows for {len(samplers)} samplers")
     argmax = logits.argmax(dim=-1).tolist()
     return [
-        argmax[row] if sampler.params.greedy else sampler.sample(logits[row])
+        argmax[row]
+        if sampler.params.greedy and not sampler.params.adjusts_logits
+        else sampler.sample(logits[row])
         for row, sampler in enumerate(samplers)
     ]
 

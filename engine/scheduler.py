@@ -12,13 +12,16 @@ is not yet computed (see `engine.sequence`). The budget goes, in order, to
      preference (aging), so a flood of high-priority work never starves the rest.
      A waiting request whose uncached prefix is being prefilled right now by a running sequence of the
      same namespace waits for those blocks to be cached, so a shared prefix is computed once.
-No waiting request is admitted in a step that preempted someone. The scheduler counts tokens and blocks;
-it never touches tensors, text or the sampler.
+No waiting request is admitted in a step that preempted someone. A request with several choices is one
+sequence until its prompt is computed; then `fork` adds a running sequence per other choice that shares
+its blocks (the block manager copies a shared, partly filled block when a choice first writes to it, and
+the step's `block_copies` say which). The scheduler counts tokens and blocks; it never touches tensors,
+text or the sampler.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.sequence import FinishReason, Sequence, SequenceStatus
 from prefix.hashing import ExtraKey, ExtraKeys, tenant_key
@@ -67,6 +70,8 @@ class ScheduledChunk:
 class SchedulerOutput:
     chunks: list[ScheduledChunk]
     preempted: list[Sequence]
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    """(source, destination) KV blocks to copy before the forward pass (copy-on-write of forked choices)."""
 
     @property
     def num_batched_tokens(self) -> int:
@@ -131,7 +136,25 @@ class Scheduler:
                 budget -= num_tokens
         if not preempted:
             chunks.extend(self._admit(budget))
-        return SchedulerOutput(chunks, preempted)
+        return SchedulerOutput(chunks, preempted, self.block_manager.take_block_copies())
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Run `child` beside running `parent` from here on, sharing its blocks and computed tokens (parallel
+        sampling: `child` has the parent's prompt and no output yet)."""
+        if parent.status is not SequenceStatus.RUNNING:
+            raise ValueError(f"only a running sequence can be forked, {parent.request_id!r} is not")
+        if child.request_id in self._by_id:
+            raise ValueError(f"request {child.request_id!r} is already scheduled")
+        parent_id, child_id = parent.request_id, child.request_id
+        self.block_manager.fork(parent_id, child_id)
+        child.arrival_index = parent.arrival_index
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_cached_prompt_tokens = parent.num_cached_prompt_tokens
+        child.status = SequenceStatus.RUNNING
+        self._extra_keys[child_id] = self._extra_keys[parent_id]
+        self._num_reserved[child_id] = self._num_reserved[parent_id]
+        self._by_id[child_id] = child
+        self.running.append(child)
 
     def advance(self, output: SchedulerOutput) -> None:
         """After the forward pass: the chunks' K/V exists, so count it computed and make full blocks reusable."""

@@ -56,6 +56,19 @@ class KVCache:
     def block_size(self) -> int:
         return int(self.keys[0].shape[1])
 
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy whole blocks' K/V, source to destination, in every layer (copy-on-write of forked sequences)."""
+        if not copies:
+            return
+        sources = torch.tensor(
+            [source for source, _ in copies], dtype=torch.int64, device=self.keys[0].device
+        )
+        targets = torch.tensor(
+            [target for _, target in copies], dtype=torch.int64, device=self.keys[0].device
+        )
+        for cache in (*self.keys, *self.values):  # in place: the native decoder holds these tensors too
+            cache.index_copy_(0, targets, cache.index_select(0, sources))
+
     def bytes_per_block(self) -> int:
         one = self.keys[0][0]
         return 2 * len(self.keys) * one.numel() * one.element_size()

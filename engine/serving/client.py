@@ -5,8 +5,10 @@ aborts reach that thread through a thread-safe command queue; its outputs come b
 event loop with `loop.call_soon_threadsafe`, into an `asyncio.Queue` per request. The event loop never
 waits on a forward pass, and every engine structure (scheduler, block manager) is touched by one thread.
 
-A stream yields `TextDelta`s and ends with exactly one `Finished` (finish_reason "stop", "length", or
-"abort" when `abort` cancelled it). Problems known before scheduling raise from the first iteration:
+A stream yields `TextDelta`s (each of one choice, `index`, with the logprobs of its tokens when asked) and
+ends with exactly one `Finished` (finish_reason "stop", "length", or "abort" when `abort` cancelled it; with
+`n > 1` choices, `finish_reasons` has each choice's and the usage counts the prompt once and every choice's
+tokens). Problems known before scheduling raise from the first iteration:
 `ContextLengthExceeded` (the gateway's 400 `context_length_exceeded`), ValueError for a bad prompt or a
 duplicate request id, `EngineStopped` once the client is shut down.
 """
@@ -20,10 +22,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from collections.abc import Sequence as SequenceOf
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine, RequestOutput, build_engine
+from engine.logprobs import TokenLogprob
 from engine.metrics import EngineStats
 from engine.sampler import SamplingParams
 from engine.sequence import FinishReason
@@ -52,6 +55,10 @@ class TextDelta:
     text: str
     """New text; may be "" while a character or a possible stop string is held back."""
     token_ids: tuple[int, ...]
+    index: int = 0
+    """The choice this text belongs to (0 .. n-1)."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """The tokens this text is made of, with their logprobs (when the request asked for them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +72,40 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Finished:
     finish_reason: FinishReason
+    """The first choice's (the only one's, for n = 1)."""
     usage: Usage
+    finish_reasons: tuple[FinishReason, ...] = ()
+    """Every choice's, by index (empty means `(finish_reason,)`)."""
+
+    @property
+    def choice_finish_reasons(self) -> tuple[FinishReason, ...]:
+        return self.finish_reasons or (self.finish_reason,)
 
 
 EngineEvent = TextDelta | Finished
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Stream:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue[EngineEvent | BaseException]
+    choices: dict[int, tuple[FinishReason | None, int]] = field(default_factory=dict)
+    """Each choice seen so far: its finish reason (None while running) and its completion tokens."""
 
     def put(self, item: EngineEvent | BaseException) -> None:
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is listening
             self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+
+    def finished(self, output: RequestOutput) -> Finished:
+        """The request's end, from its last output and what its other choices reported before."""
+        self.choices[output.index] = (output.finish_reason, output.completion_tokens)
+        reason = output.finish_reason or "abort"
+        reasons = tuple(
+            self.choices.get(index, (None, 0))[0] or reason for index in range(max(self.choices) + 1)
+        )
+        completion_tokens = sum(tokens for _, tokens in self.choices.values())
+        usage = Usage(output.prompt_tokens, completion_tokens, output.cached_tokens)
+        return Finished(reasons[0], usage, reasons if len(reasons) > 1 else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +279,12 @@ class AsyncEngineClient:
         if stream is None:
             return
         if output.text or output.token_ids:
-            stream.put(TextDelta(output.text, tuple(output.token_ids)))
-        if output.finish_reason is not None:
-            stream.put(Finished(output.finish_reason, _usage(output)))
+            stream.put(TextDelta(output.text, tuple(output.token_ids), output.index, output.logprobs))
+        if output.last:
+            stream.put(stream.finished(output))
             del self._streams[output.request_id]
+        else:
+            stream.choices[output.index] = (output.finish_reason, output.completion_tokens)
 
     def _abort_all(self, error: Exception | None) -> None:
         for request_id in list(self._streams):
@@ -264,7 +293,7 @@ class AsyncEngineClient:
             if error is not None:
                 stream.put(error)
             elif output is not None:
-                stream.put(Finished(output.finish_reason or "abort", _usage(output)))
+                stream.put(stream.finished(output))
 
 
 def encode_chat(tokenizer: Any, messages: SequenceOf[Mapping[str, Any]]) -> list[int]:
@@ -281,10 +310,6 @@ def encode_chat(tokenizer: Any, messages: SequenceOf[Mapping[str, Any]]) -> list
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Prompt token ids of plain text (legacy completions)."""
     return list(tokenizer.encode(text))
-
-
-def _usage(output: RequestOutput) -> Usage:
-    return Usage(output.prompt_tokens, output.completion_tokens, output.cached_tokens)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from engine.metrics import EngineStats, Histogram
 
 if TYPE_CHECKING:  # torch: the supervisor imports this module for `ask_blocking` and must stay light
+    from engine.logprobs import TokenLogprob
     from engine.sampler import SamplingParams
 
 MAX_LINE_BYTES = 64 * 1024 * 1024  # a 32k-token prompt as JSON ids is ~200 kB; chat text can be larger
@@ -81,6 +82,25 @@ def sampling_from_wire(data: Message) -> SamplingParams:
         stop_token_ids=tuple(int(token) for token in data.get("stop_token_ids", ())),
         stop=tuple(str(text) for text in data.get("stop", ())),
         ignore_eos=bool(data.get("ignore_eos", False)),
+        n=int(data.get("n", 1)),
+        logprobs=None if data.get("logprobs") is None else int(data["logprobs"]),
+        presence_penalty=float(data.get("presence_penalty", 0.0)),
+        frequency_penalty=float(data.get("frequency_penalty", 0.0)),
+        logit_bias=tuple((int(token), float(bias)) for token, bias in data.get("logit_bias", ())),
+    )
+
+
+def logprobs_to_wire(logprobs: tuple[TokenLogprob, ...]) -> list[Any]:
+    """[[token, logprob, [[token, logprob], ...]], ...]: compact, as a step sends one per token."""
+    return [[entry.token, entry.logprob, [list(pair) for pair in entry.top]] for entry in logprobs]
+
+
+def logprobs_from_wire(data: list[Any]) -> tuple[TokenLogprob, ...]:
+    from engine.logprobs import TokenLogprob
+
+    return tuple(
+        TokenLogprob(str(token), float(logprob), tuple((str(alt), float(value)) for alt, value in top))
+        for token, logprob, top in data
     )
 
 

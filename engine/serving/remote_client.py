@@ -36,6 +36,7 @@ from engine.serving.client import (
 from engine.serving.ipc import (
     ConnectionClosed,
     Message,
+    logprobs_from_wire,
     open_connection,
     receive,
     sampling_to_wire,
@@ -230,9 +231,12 @@ class RemoteEngineClient:
         if events is None:
             return  # a stream whose consumer already left
         if op == "delta":
-            events.put_nowait(TextDelta(str(message["text"]), tuple(message["token_ids"])))
+            logprobs = logprobs_from_wire(message.get("logprobs") or [])
+            index = int(message.get("index", 0))
+            events.put_nowait(TextDelta(str(message["text"]), tuple(message["token_ids"]), index, logprobs))
         elif op == "finished":
-            events.put_nowait(Finished(message["finish_reason"], Usage(**message["usage"])))
+            reasons = tuple(message.get("finish_reasons") or ())
+            events.put_nowait(Finished(message["finish_reason"], Usage(**message["usage"]), reasons))
         elif op == "error":
             events.put_nowait(_error(message))
 

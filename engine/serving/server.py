@@ -7,8 +7,8 @@ connection and multiplexes its requests over it by request id (`engine.serving.r
 Messages (`engine.serving.ipc`, one JSON object per line), worker → engine:
     hello                               → hello {model_name, max_model_len, info}
     generate {id, prompt_token_ids, sampling, cache_salt, priority}
-                                        → delta {id, text, token_ids}* then finished {id, finish_reason,
-                                          usage} or error {id, kind, message, ...}
+                                        → delta {id, text, token_ids, index, logprobs}* then finished {id,
+                                          finish_reason, finish_reasons, usage} or error {id, kind, message, ...}
     abort {id, ack}                     → aborted {ack}, once the request's blocks are free
     metrics {ack}                       → metrics {ack, stats}
 A connection that closes (its worker exited) aborts every request it started.
@@ -29,6 +29,7 @@ from engine.serving.ipc import (
     MAX_LINE_BYTES,
     ConnectionClosed,
     Message,
+    logprobs_to_wire,
     receive,
     sampling_from_wire,
     send,
@@ -157,18 +158,20 @@ class _Connection:
             )
             async for event in events:
                 if isinstance(event, Finished):
-                    await self.send(
-                        {
-                            "op": "finished",
-                            "id": request_id,
-                            "finish_reason": event.finish_reason,
-                            "usage": asdict(event.usage),
-                        }
-                    )
+                    finished: Message = {"op": "finished", "id": request_id}
+                    finished["finish_reason"] = event.finish_reason
+                    if event.finish_reasons:  # several choices
+                        finished["finish_reasons"] = list(event.finish_reasons)
+                    finished["usage"] = asdict(event.usage)
+                    await self.send(finished)
                 else:
-                    await self.send(
-                        {"op": "delta", "id": request_id, "text": event.text, "token_ids": event.token_ids}
-                    )
+                    delta: Message = {"op": "delta", "id": request_id, "text": event.text}
+                    delta["token_ids"] = event.token_ids
+                    if event.index:
+                        delta["index"] = event.index
+                    if event.logprobs:
+                        delta["logprobs"] = logprobs_to_wire(event.logprobs)
+                    await self.send(delta)
         except asyncio.CancelledError:
             raise
         except ContextLengthExceeded as error:

@@ -1,10 +1,13 @@
-"""Sampling: greedy, seeded reproducibility, top-k / top-p masks; stopping: tokens, strings, length."""
+"""Sampling: greedy, seeded reproducibility, top-k / top-p masks, penalties, logit bias and logprobs;
+stopping: tokens, strings, length."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from engine.logprobs import PendingLogprobs, TokenLogprob, top_logprobs
+from engine.penalties import apply_penalties
 from engine.sampler import (
     RequestSampler,
     SamplingParams,
@@ -123,3 +126,74 @@ def test_length_finish_and_holdback() -> None:
     assert checker.num_held_back_chars("fine ST") == 2
     assert checker.num_held_back_chars("fine S") == 1
     assert checker.num_held_back_chars("fine") == 0
+
+
+# Penalties, logit bias, logprobs ------------------------------------------------------------------
+
+
+def test_frequency_and_presence_penalties_follow_openais_formula() -> None:
+    logits = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    sampler = RequestSampler(SamplingParams(temperature=0, frequency_penalty=0.5, presence_penalty=0.25))
+    for token_id in (3, 3, 1):
+        sampler.record(token_id)
+    adjusted = apply_penalties(logits.clone(), sampler.params, sampler.counts)
+    # logits[t] -= count[t] * frequency + (count[t] > 0) * presence
+    assert adjusted.tolist() == [1.0, 2.0 - 0.5 - 0.25, 3.0, 4.0 - 2 * 0.5 - 0.25]
+
+
+def test_a_penalty_changes_a_greedy_choice_and_leaves_the_logits_and_other_rows_alone() -> None:
+    logits = torch.tensor([[0.0, 3.0, 2.5], [0.0, 3.0, 2.5]])
+    penalised = RequestSampler(SamplingParams(temperature=0, presence_penalty=1.0))
+    plain = RequestSampler(SamplingParams(temperature=0))
+    assert sample_batch(logits, [penalised, plain]) == [1, 1]
+    penalised.record(1)
+    plain.record(1)
+    assert sample_batch(logits, [penalised, plain]) == [2, 1]
+    assert logits.tolist() == [[0.0, 3.0, 2.5], [0.0, 3.0, 2.5]]  # adjusted on a copy
+
+
+def test_logit_bias_is_added_and_minus_100_bans_the_greedy_token() -> None:
+    logits = random_logits()[0]
+    best = int(logits.argmax())
+    banned = RequestSampler(SamplingParams(temperature=0, logit_bias=((best, -100.0),)))
+    assert sample_batch(logits[None], [banned]) != [best]
+    forced = RequestSampler(SamplingParams(temperature=1.0, seed=0, logit_bias=((7, 100.0),)))
+    assert {forced.sample(logits) for _ in range(20)} == {7}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"n": 0},
+        {"n": 17},
+        {"logprobs": 21},
+        {"logprobs": -1},
+        {"presence_penalty": 2.5},
+        {"frequency_penalty": -3.0},
+        {"logit_bias": ((5, 101.0),)},
+        {"logit_bias": ((-1, 1.0),)},
+    ],
+)
+def test_out_of_range_sampling_features_are_refused(fields: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SamplingParams(**fields)  # type: ignore[arg-type]
+
+
+def test_logprobs_are_the_raw_log_softmax_with_the_best_alternatives_first() -> None:
+    logits = random_logits(3)
+    chosen = [int(logits[0].argmin()), int(logits[1].argmax()), 4]
+    [first, second] = top_logprobs(logits, [0, 1], chosen[:2], [3, 0])
+    expected = torch.log_softmax(logits, dim=-1)
+    assert first.token_id == chosen[0] and first.logprob == pytest.approx(float(expected[0, chosen[0]]))
+    assert [token_id for token_id, _ in first.top] == torch.topk(expected[0], 3).indices.tolist()
+    assert [value for _, value in first.top] == pytest.approx(torch.topk(expected[0], 3).values.tolist())
+    assert second.top == () and second.logprob == pytest.approx(float(expected[1].max()))
+
+
+def test_pending_logprobs_are_released_with_their_text_and_cut_at_a_stop_string() -> None:
+    pending = PendingLogprobs()
+    for token in ("Hel", "lo", " wor", "ld"):
+        pending.add(TokenLogprob(token, -1.0))
+    assert [entry.token for entry in pending.release(4)] == ["Hel"]  # "lo" ends at 5: held with its text
+    assert [entry.token for entry in pending.release(9)] == ["lo", " wor"]
+    assert [entry.token for entry in pending.release(10, final=True)] == ["l"]  # the text ends at 10
