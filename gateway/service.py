@@ -372,11 +372,33 @@ def generation_request(call: CompletionCall) -> GenerationRequest:
         seed=request.seed,
         stop=request.stop_strings,
         priority=call.priority,
+        **_sampling_features(request),
         body=request.model_dump(exclude_unset=True),
         stream=request.stream,
         path=path,
         headers=headers,
     )
+
+
+def _sampling_features(request: AnyRequest) -> dict[str, Any]:
+    """n, logprobs, penalties and logit bias, for the routes that have them (the Messages API has none)."""
+    if isinstance(request, MessagesRequest):
+        return {}
+    logprobs: int | None = None
+    if isinstance(request, ChatCompletionRequest) and request.logprobs:
+        logprobs = request.top_logprobs or 0
+    elif isinstance(request, CompletionRequest):
+        logprobs = request.logprobs
+    return {
+        "n": request.n,
+        "logprobs": logprobs,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        # Keys are checked by traffic/limits.py where the engine answers; an upstream reads the body instead.
+        "logit_bias": {
+            int(token): bias for token, bias in (request.logit_bias or {}).items() if token.isdigit()
+        },
+    }
 
 
 def _tokens(stored: StoredAnswer) -> int:

@@ -4,6 +4,9 @@ Adapts `engine.serving.client.AsyncEngineClient` (the engine in this process) or
 RemoteEngineClient` (the engine process behind `kvgate serve --workers N`) to the `Backend` protocol. The
 tenant is the engine's cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing
 attacks are real). An engine that cannot be reached answers 503 `engine_unavailable`.
+
+A plain answer (one choice, no logprobs) streams as `TextDelta`s; one with several choices or logprobs as
+OpenAI chunks (`gateway/api/choice_chunks.py`), which the routes relay or fold as they do an upstream's.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
@@ -23,12 +26,14 @@ from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.serving.client import AsyncEngineClient, EngineStopped
 from engine.serving.client import Finished as EngineFinished
+from engine.serving.client import Usage as EngineUsage
 from engine.serving.remote_client import RemoteEngineClient
 from engine.weights.choice import WeightsChoice, choose_weights
 from engine.weights.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
 from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from gateway.api.choice_chunks import ChoiceChunks
 from gateway.api.errors import InvalidRequest, ServiceUnavailable
-from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.runtime.settings import Settings
 
 logger = logging.getLogger("kvgate.engine")
@@ -102,13 +107,19 @@ class EngineBackend:
         if room <= 0:
             raise _too_long(len(token_ids), self.client.max_model_len, param)
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
-        sampling = SamplingParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
-            max_tokens=max_tokens,
-            stop=tuple(request.stop),
-        )
+        tokenizer: Any = self.client.tokenizer  # a transformers tokenizer: its length is the vocabulary's
+        vocab_size = len(tokenizer)
+        if any(not 0 <= token_id < vocab_size for token_id in request.logit_bias):
+            raise InvalidRequest(
+                f"logit_bias token ids must be in [0, {vocab_size}).",
+                param="logit_bias",
+                code="invalid_value",
+            )
+        sampling = _sampling_params(request, max_tokens)
+        chunks = None
+        if request.n > 1 or request.logprobs is not None:
+            chunks = ChoiceChunks(chat=request.messages is not None, model=request.model, n=request.n)
+        opening = chunks.opening() if chunks is not None else []
         try:
             events = self.client.generate(
                 request.request_id,
@@ -118,14 +129,25 @@ class EngineBackend:
                 priority=request.priority,
             )
             async for event in events:
+                while opening:  # after the engine took the request: an error before it stays a plain 4xx/5xx
+                    yield Chunk(opening.pop(0))
                 if isinstance(event, EngineFinished):
                     usage = event.usage
                     if event.finish_reason == "abort":
                         raise ServiceUnavailable("The engine stopped this request.", code="engine_aborted")
-                    reason: Literal["stop", "length"] = (
-                        "length" if event.finish_reason == "length" else "stop"
+                    reasons = [_reason(reason) for reason in event.choice_finish_reasons]
+                    if chunks is not None:
+                        for finish in chunks.finish(reasons):
+                            yield Chunk(finish)
+                        yield Chunk(chunks.usage(_usage(usage)))
+                    yield Finished(
+                        reasons[0], usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
                     )
-                    yield Finished(reason, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+                elif chunks is not None:
+                    logprobs = event.logprobs if request.logprobs is not None else None
+                    chunk = chunks.text(event.index, event.text, logprobs)
+                    if chunk is not None:
+                        yield Chunk(chunk)
                 elif event.text:
                     yield TextDelta(event.text)
         except ContextLengthExceeded as error:
@@ -185,6 +207,34 @@ def served_model_name(settings: Settings) -> str:
         return DEFAULT_GENERATOR_NAME
     path = Path(settings.generator)
     return path.stem if path.suffix == ".gguf" else path.name or settings.generator
+
+
+def _sampling_params(request: GenerationRequest, max_tokens: int) -> SamplingParams:
+    return SamplingParams(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=request.seed,
+        max_tokens=max_tokens,
+        stop=tuple(request.stop),
+        n=request.n,
+        logprobs=request.logprobs,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        logit_bias=tuple(sorted(request.logit_bias.items())),
+    )
+
+
+def _reason(engine_reason: str) -> Literal["stop", "length"]:
+    return "length" if engine_reason == "length" else "stop"
+
+
+def _usage(usage: EngineUsage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
 
 def _too_long(prompt_tokens: int, limit: int, param: str) -> InvalidRequest:

@@ -31,6 +31,14 @@ class GenerationRequest:
     seed: int | None
     stop: list[str]
     priority: int = 0
+    n: int = 1
+    """Choices to generate (the engine prefills the prompt once and forks)."""
+    logprobs: int | None = None
+    """Alternatives per token to report with each token's logprob (0: the token's only); None: no logprobs."""
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    """Token id -> bias added to its logit (checked by `traffic/limits.py`)."""
     body: dict[str, Any] = field(default_factory=dict)
     """The client's original JSON body, for a backend that passes requests through unchanged."""
     stream: bool = False

@@ -1,8 +1,9 @@
 """What kvgate refuses up front, with a clear 400, instead of answering wrongly.
 
-Several choices (`n > 1`), log-probabilities, tool calls, structured output, echo/suffix/best_of, batched
-prompts and non-text content parts are not supported by kvgate's engine; silently ignoring them would
-hand the client an answer to a question it did not ask.
+Tool calls, structured output, echo/suffix/best_of, batched prompts and non-text content parts are not
+supported by kvgate's engine; silently ignoring them would hand the client an answer to a question it did not
+ask. Several choices (`n`), logprobs, penalties and `logit_bias` are served, within OpenAI's bounds (and at
+most `MAX_CHOICES` choices, each of which holds KV blocks of its own once it diverges).
 """
 
 from __future__ import annotations
@@ -11,20 +12,24 @@ from gateway.api.errors import InvalidRequest
 from gateway.api.objects import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 
 MAX_STOP_SEQUENCES = 4
+MAX_CHOICES = 16  # engine.sampler.MAX_N
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound; engine.sampler.MAX_LOGPROBS
+MAX_LOGIT_BIAS = 100.0
 
 
 def refuse_unsupported(request: OpenAIRequest) -> None:
     """Raise `InvalidRequest` naming the first unsupported field."""
-    if request.n != 1:
-        _refuse("n", "Only n=1 is supported.")
+    if request.n > MAX_CHOICES:
+        _refuse("n", f"At most n={MAX_CHOICES} choices are supported.", "invalid_value")
     if len(request.stop_strings) > MAX_STOP_SEQUENCES:
         _refuse("stop", f"At most {MAX_STOP_SEQUENCES} stop sequences are allowed.")
     if any(not stop for stop in request.stop_strings):
         _refuse("stop", "Stop sequences must not be empty.")
-    if request.logit_bias:
-        _refuse("logit_bias", "logit_bias is not supported.")
-    if request.presence_penalty or request.frequency_penalty:
-        _refuse("presence_penalty", "presence_penalty and frequency_penalty are not supported.")
+    for token, bias in (request.logit_bias or {}).items():
+        if not token.isdigit():
+            _refuse("logit_bias", f"logit_bias keys must be token ids, got {token!r}.", "invalid_value")
+        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            _refuse("logit_bias", f"logit_bias values must be in [-100, 100], got {bias}.", "invalid_value")
     if isinstance(request, ChatCompletionRequest):
         _refuse_chat(request)
     elif isinstance(request, CompletionRequest):
@@ -32,8 +37,11 @@ def refuse_unsupported(request: OpenAIRequest) -> None:
 
 
 def _refuse_chat(request: ChatCompletionRequest) -> None:
-    if request.logprobs or request.top_logprobs:
-        _refuse("logprobs", "logprobs are not supported.")
+    if request.top_logprobs is not None:
+        if not request.logprobs:
+            _refuse("top_logprobs", "top_logprobs requires logprobs to be true.", "invalid_value")
+        if not 0 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
+            _refuse("top_logprobs", f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}].", "invalid_value")
     if request.tools or request.tool_choice not in (None, "none"):
         _refuse("tools", "Tool calls are not supported.")
     if request.response_format and request.response_format.get("type") not in (None, "text"):
@@ -48,8 +56,8 @@ def _refuse_chat(request: ChatCompletionRequest) -> None:
 
 
 def _refuse_completion(request: CompletionRequest) -> None:
-    if request.logprobs:
-        _refuse("logprobs", "logprobs are not supported.")
+    if request.logprobs is not None and not 0 <= request.logprobs <= MAX_TOP_LOGPROBS:
+        _refuse("logprobs", f"logprobs must be in [0, {MAX_TOP_LOGPROBS}].", "invalid_value")
     if request.echo or request.suffix or (request.best_of or 1) != 1:
         _refuse("echo", "echo, suffix and best_of are not supported.")
     if isinstance(request.prompt, list) and len(request.prompt) != 1:
@@ -58,5 +66,5 @@ def _refuse_completion(request: CompletionRequest) -> None:
         _refuse("prompt", "The prompt is empty.")
 
 
-def _refuse(param: str, message: str) -> None:
-    raise InvalidRequest(message, param=param, code="unsupported_parameter")
+def _refuse(param: str, message: str, code: str = "unsupported_parameter") -> None:
+    raise InvalidRequest(message, param=param, code=code)

@@ -118,6 +118,8 @@ def test_penalties_and_bias_change_a_greedy_answer() -> None:
     assert len(set(plain)) < len(plain)  # the tiny model repeats itself
     penalised = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, frequency_penalty=2.0)
     assert alone(prompt, penalised) != plain
+    present = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, presence_penalty=2.0)
+    assert alone(prompt, present) != plain
     biased = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logit_bias=((plain[0], -100.0),))
     assert alone(prompt, biased)[0] != plain[0]
 

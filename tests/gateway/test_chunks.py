@@ -11,6 +11,7 @@ from openai.lib.streaming.chat._completions import ChatCompletionStreamState
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from gateway.api.choice_chunks import ChoiceChunks
 from gateway.api.chunks import (
     accumulate_chat,
     accumulate_text,
@@ -209,3 +210,48 @@ def test_what_a_semantic_hit_may_serve() -> None:
     assert plain_text(CASES["text"]) and plain_text(CASES["reasoning"])
     assert not any(plain_text(CASES[name]) for name in ("tools", "refusal", "logprobs", "n=2"))
     assert refused(CASES["refusal"]) and not refused(CASES["text"])
+
+
+# The engine's answers with several choices or logprobs ----------------------------------------------
+
+
+class Scored:
+    def __init__(self, token: str, logprob: float, top: tuple[tuple[str, float], ...] = ()) -> None:
+        self.token, self.logprob, self.top = token, logprob, top
+
+
+ENGINE_USAGE = {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+
+
+def engine_chunks(chat_api: bool, reasons: tuple[str, str] = ("length", "stop")) -> list[dict[str, Any]]:
+    built = ChoiceChunks(chat=chat_api, model="m", n=2)
+    chunks = built.opening()
+    for index, token in ((0, "Hel"), (1, "Bye"), (0, "lo")):
+        chunks.append(built.text(index, token, [Scored(token, -0.5, ((token, -0.5), ("x", -2.0)))]))  # type: ignore[arg-type]
+    return [*chunks, *built.finish(reasons), built.usage(ENGINE_USAGE)]
+
+
+def test_engine_choice_chunks_validate_and_fold_into_valid_answers() -> None:
+    chunks = engine_chunks(chat_api=True)
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+    whole = ChatCompletion.model_validate(accumulate_chat(chunks))
+    assert [choice.message.content for choice in whole.choices] == ["Hello", "Bye"]
+    assert [choice.finish_reason for choice in whole.choices] == ["length", "stop"]
+    first = whole.choices[0].logprobs
+    assert first is not None and [entry.token for entry in first.content or []] == ["Hel", "lo"]
+    assert first.content is not None and first.content[0].top_logprobs[1].token == "x"
+    # The SDK's own stream helper folds them the same way (it refuses to finish a "length" answer).
+    state = ChatCompletionStreamState()
+    for chunk in engine_chunks(chat_api=True, reasons=("stop", "stop")):
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+    assert [choice.message.content for choice in state.get_final_completion().choices] == ["Hello", "Bye"]
+
+
+def test_engine_legacy_chunks_fold_into_a_valid_completion_with_text_offsets() -> None:
+    whole = Completion.model_validate(accumulate_text(engine_chunks(chat_api=False)))
+    first = whole.choices[0]
+    assert first.text == "Hello" and first.logprobs is not None
+    assert (first.logprobs.tokens, first.logprobs.text_offset) == (["Hel", "lo"], [0, 3])
+    assert first.logprobs.top_logprobs == [{"Hel": -0.5, "x": -2.0}, {"lo": -0.5, "x": -2.0}]
+    assert whole.usage is not None and whole.usage.completion_tokens == 4

@@ -86,7 +86,7 @@ def test_errors_raise_the_sdk_exception_classes(base_url: str, client: openai.Op
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=2)
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=17)
     assert bad.value.param == "n"
     with pytest.raises(openai.BadRequestError) as too_long:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 100}])

@@ -184,3 +184,46 @@ async def test_an_abort_read_together_with_its_generate_never_reaches_the_engine
     }
     assert replies[1] == {"op": "aborted", "ack": 1}
     assert local.metrics.generation_tokens == 0 and not local.engine.has_unfinished()
+
+
+async def test_choices_logprobs_and_penalties_cross_the_socket_unchanged(engine, remote) -> None:  # type: ignore[no-untyped-def]
+    _, local = engine
+    prompt = random_tokens(random.Random(12), 10)
+    sampling = SamplingParams(
+        temperature=0.8,
+        seed=3,
+        n=3,
+        max_tokens=5,
+        ignore_eos=True,
+        logprobs=2,
+        frequency_penalty=0.5,
+        logit_bias=((7, -3.0),),
+    )
+
+    async def events(client: AsyncEngineClient | RemoteEngineClient, request_id: str) -> list[object]:
+        return [event async for event in client.generate(request_id, prompt, sampling=sampling)]
+
+    near, far = await events(local, "near"), await events(remote, "far")
+    assert isinstance(near[-1], Finished) and isinstance(far[-1], Finished)
+    assert near[-1].finish_reasons == far[-1].finish_reasons
+    assert near[-1].usage.completion_tokens == far[-1].usage.completion_tokens
+
+    def flat(stream: list[object]) -> list[tuple[object, ...]]:
+        return [
+            (event.index, event.text, event.token_ids, entry.token, [token for token, _ in entry.top])
+            for event in stream
+            if isinstance(event, TextDelta)
+            for entry in event.logprobs
+        ]
+
+    def values(stream: list[object]) -> list[float]:
+        deltas = [event for event in stream if isinstance(event, TextDelta)]
+        return [value for delta in deltas for entry in delta.logprobs for _, value in entry.top]
+
+    # The second run's prompt comes from the prefix cache: its logits may differ in the last bits.
+    assert flat(near) == flat(far) and values(near) == pytest.approx(values(far), abs=1e-4)
+    deltas = [event for event in far if isinstance(event, TextDelta)]
+    assert {delta.index for delta in deltas} == {0, 1, 2} and all(len(d.logprobs) <= 1 for d in deltas)
+    finished = far[-1]
+    assert isinstance(finished, Finished) and finished.finish_reasons == ("length",) * 3
+    assert (finished.usage.prompt_tokens, finished.usage.completion_tokens) == (10, 15)
