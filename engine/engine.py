@@ -16,6 +16,8 @@ from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.grammar import GrammarCompiler, RequestGrammar
+from engine.grammar_masks import MaskFiller
 from engine.metrics import EngineMetrics
 from engine.model.llama import LlamaModel
 from engine.model.native_decode import DecodeKernel
@@ -84,6 +86,7 @@ class _RequestState:
     sampler: RequestSampler
     stop_checker: StopChecker
     detokenizer: IncrementalDetokenizer
+    grammar: RequestGrammar | None = None
     text: str = ""
     num_sent_chars: int = 0
 
@@ -116,6 +119,9 @@ class LLMEngine:
         self.metrics = metrics or EngineMetrics()
         model_context = self.config.max_model_len or model.config.max_position_embeddings
         self.max_model_len = min(model_context, self.config.num_blocks * self.config.block_size)
+        vocab_size = self.runner.config.vocab_size
+        self.grammars = GrammarCompiler(tokenizer, vocab_size)  # structured outputs (engine.grammar)
+        self._masks = MaskFiller(vocab_size)
         self._requests: dict[str, _RequestState] = {}
 
     # Public API ---------------------------------------------------------------------------------
@@ -133,6 +139,7 @@ class LLMEngine:
         self.check_prompt(prompt_token_ids)
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
+        grammar = self.grammars.matcher(sampling.grammar) if sampling.grammar is not None else None
         sequence = Sequence(
             request_id,
             list(prompt_token_ids),
@@ -148,6 +155,7 @@ class LLMEngine:
             RequestSampler(sampling),
             StopChecker(sampling, self.eos_token_ids),
             IncrementalDetokenizer(self.tokenizer, sequence.prompt_token_ids),
+            grammar,
         )
 
     def check_prompt(self, prompt_token_ids: SequenceOf[int]) -> None:
@@ -172,11 +180,14 @@ class LLMEngine:
         scheduled = self.scheduler.schedule()
         outputs: list[RequestOutput] = []
         if scheduled.chunks:
-            logits = self.runner.execute([_model_chunk(chunk) for chunk in scheduled.chunks])
-            self.scheduler.advance(scheduled)
             sampling = [
                 self._requests[chunk.sequence.request_id] for chunk in scheduled.chunks if chunk.samples
             ]
+            masks = self._masks.start([state.grammar for state in sampling])  # filled during the forward
+            logits = self.runner.execute([_model_chunk(chunk) for chunk in scheduled.chunks])
+            self.scheduler.advance(scheduled)
+            if masks is not None:
+                masks.apply(logits)
             token_ids = sample_batch(logits, [state.sampler for state in sampling])
             now = time.monotonic()
             outputs = [
@@ -214,6 +225,12 @@ class LLMEngine:
         new_text = state.detokenizer.add(token_id)
         state.text += new_text
         finish = state.stop_checker.check(sequence.output_token_ids, state.text, len(new_text))
+        grammar_may_end = finish is None or finish.reason is StopReason.LENGTH
+        if grammar_may_end and state.grammar is not None and state.grammar.advance(token_id):
+            # The grammar is complete (a whole JSON value): a structured answer ends here, even on its last
+            # allowed token (then it is whole, not cut by max_tokens).
+            state.text += state.detokenizer.flush()
+            return self._finish(state, "stop", state.text[state.num_sent_chars :], [token_id])
         if finish is not None and finish.reason is StopReason.STOP:
             # A stop string ends the text before it; a stop token's own text is left out too.
             end = len(state.text) - len(new_text) if finish.text_end is None else finish.text_end

@@ -24,6 +24,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # in addition to the model's eos ids (unless ignore_eos)
     stop: tuple[str, ...] = ()  # stop strings; the text returned ends before the first one
     ignore_eos: bool = False
+    grammar: str | None = (
+        None  # a spec the output must follow, as JSON text (engine.grammar); None: free text
+    )
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -43,6 +43,8 @@ ROOMS: dict[str, list[set[str]]] = {
             "engine.sequence",
             "engine.runner",
             "engine.sampler",
+            "engine.grammar",
+            "engine.grammar_masks",
             "engine.stopping",
             "engine.metrics",
         },

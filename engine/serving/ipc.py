@@ -81,6 +81,7 @@ def sampling_from_wire(data: Message) -> SamplingParams:
         stop_token_ids=tuple(int(token) for token in data.get("stop_token_ids", ())),
         stop=tuple(str(text) for text in data.get("stop", ())),
         ignore_eos=bool(data.get("ignore_eos", False)),
+        grammar=None if data.get("grammar") is None else str(data["grammar"]),
     )
 
 
