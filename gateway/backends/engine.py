@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
@@ -23,12 +23,15 @@ from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.serving.client import AsyncEngineClient, EngineStopped
 from engine.serving.client import Finished as EngineFinished
+from engine.serving.client import Usage as EngineUsage
 from engine.serving.remote_client import RemoteEngineClient
 from engine.weights.choice import WeightsChoice, choose_weights
 from engine.weights.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
 from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from gateway.api.errors import InvalidRequest, ServiceUnavailable
-from gateway.backends.protocol import Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.structured_outputs import OutputPlan, plan_output
+from gateway.backends.tool_call_chunks import ToolCallChunks
 from gateway.runtime.settings import Settings
 
 logger = logging.getLogger("kvgate.engine")
@@ -92,8 +95,14 @@ class EngineBackend:
             await self.client.refresh_metrics()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        plan = OutputPlan([])
         if request.messages is not None:
-            token_ids = await asyncio.to_thread(self.client.encode_chat, request.messages)
+            plan = (
+                plan_output(request.body, request.messages)
+                if request.path is None
+                else OutputPlan(request.messages)
+            )
+            token_ids = await asyncio.to_thread(self.client.encode_chat, plan.messages)
             param = "messages"
         else:
             token_ids = await asyncio.to_thread(self.client.encode_prompt, request.prompt or "")
@@ -108,7 +117,9 @@ class EngineBackend:
             seed=request.seed,
             max_tokens=max_tokens,
             stop=tuple(request.stop),
+            grammar=plan.grammar,
         )
+        tool_call = ToolCallChunks(request.model) if plan.tool_call else None
         try:
             events = self.client.generate(
                 request.request_id,
@@ -122,14 +133,27 @@ class EngineBackend:
                     usage = event.usage
                     if event.finish_reason == "abort":
                         raise ServiceUnavailable("The engine stopped this request.", code="engine_aborted")
-                    reason: Literal["stop", "length"] = (
+                    reason: Literal["stop", "length", "tool_calls"] = (
                         "length" if event.finish_reason == "length" else "stop"
                     )
+                    if tool_call is not None:  # the call as OpenAI's chunks, its usage with them
+                        for chunk in tool_call.finish(reason == "stop", _usage_payload(usage)):
+                            yield Chunk(chunk)
+                        reason = "tool_calls" if reason == "stop" else reason
                     yield Finished(reason, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+                elif event.text and tool_call is not None:
+                    for chunk in tool_call.add(event.text):
+                        yield Chunk(chunk)
                 elif event.text:
                     yield TextDelta(event.text)
         except ContextLengthExceeded as error:
             raise _too_long(len(token_ids), self.client.max_model_len, param) from error
+        except ValueError as error:  # a grammar the engine cannot compile (engine.grammar.GrammarError)
+            if plan.grammar is None:
+                raise
+            raise InvalidRequest(
+                str(error), param="tools" if plan.tool_call else "response_format"
+            ) from error
         except EngineStopped as error:
             raise ServiceUnavailable(
                 "The engine is not available right now; retry shortly.",
@@ -185,6 +209,16 @@ def served_model_name(settings: Settings) -> str:
         return DEFAULT_GENERATOR_NAME
     path = Path(settings.generator)
     return path.stem if path.suffix == ".gguf" else path.name or settings.generator
+
+
+def _usage_payload(usage: EngineUsage) -> dict[str, Any]:
+    """The engine's usage as OpenAI's `usage` object (carried by a tool call's last chunk)."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
 
 def _too_long(prompt_tokens: int, limit: int, param: str) -> InvalidRequest:

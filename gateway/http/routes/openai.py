@@ -12,7 +12,7 @@ from opentelemetry.trace import Span
 from starlette.routing import Route
 
 from gateway.answers import usage_of
-from gateway.api.chunks import chat_chunks, text_chunks
+from gateway.api.chunks import accumulate_chat, chat_chunks, text_chunks
 from gateway.api.errors import InvalidRequest, KvgateError, ServiceUnavailable
 from gateway.api.objects import (
     ChatCompletionRequest,
@@ -229,12 +229,17 @@ async def _respond(
         first = await first_event(events)  # errors before the first token are plain HTTP errors
         return sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
     text: list[str] = []
+    chunks: list[dict[str, Any]] = []
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, Whole):
                 sent = event.payload  # answered once stored: `Finished` is published after the store
+            elif isinstance(event, Chunk):
+                chunks.append(event.payload)  # the engine's tool call comes as chunks: folded as the SDK does
             elif isinstance(event, Finished):
+                if sent is None and chunks:
+                    sent = accumulate_chat(chunks)
                 if sent is not None:
                     return Response(json_body(sent), media_type=JSON, headers=headers)
                 body = renderer.whole("".join(text), _finish(event.finish_reason), usage_of(event))
