@@ -2,9 +2,9 @@
 
 The allowed next tokens of a row depend only on the tokens it has accepted so far, so they can be
 computed while the forward pass of the step that will sample them is running: `start()` hands the fill
-to a worker thread (xgrammar releases the GIL while it fills), `apply()` waits for it and sets every
-disallowed logit of those rows to -inf. Rows without a grammar are never touched, and a step without a
-constrained row costs one list scan.
+to a worker thread (the forward pass runs in torch ops that release the GIL, so the two overlap), and
+`apply()` waits for it and sets every disallowed logit of those rows to -inf. Rows without a grammar are
+never touched, and a step without a constrained row costs one list scan.
 """
 
 from __future__ import annotations
