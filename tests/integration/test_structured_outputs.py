@@ -33,6 +33,10 @@ CITY_SCHEMA: dict[str, Any] = {
     "required": ["city", "population_millions", "continent"],
     "additionalProperties": False,
 }
+CITY_FORMAT: Any = {
+    "type": "json_schema",
+    "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
+}
 WEATHER = {
     "type": "function",
     "function": {
@@ -126,10 +130,7 @@ def test_strict_json_schema_answers_validate(client: openai.OpenAI) -> None:
     completion = client.chat.completions.create(
         model=MODEL,
         messages=user("Name a big city, its population in millions and its continent."),
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
-        },
+        response_format=CITY_FORMAT,
         temperature=0,
         max_tokens=80,
     )
@@ -141,10 +142,7 @@ def test_a_streamed_json_schema_answer_joins_to_valid_json(client: openai.OpenAI
     stream = client.chat.completions.create(
         model=MODEL,
         messages=user("A city in Asia, as JSON."),
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
-        },
+        response_format=CITY_FORMAT,
         temperature=0.8,
         seed=7,
         max_tokens=80,
@@ -160,10 +158,7 @@ def test_max_tokens_cuts_a_structured_answer_with_length(client: openai.OpenAI) 
     completion = client.chat.completions.create(
         model=MODEL,
         messages=user("Name a big city."),
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
-        },
+        response_format=CITY_FORMAT,
         temperature=0,
         max_tokens=4,
     )
