@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     engine = build_engine(loaded, DEFAULT_GENERATOR_NAME, EngineConfig(1024, 16, scheduler))
     plain = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     constrained = SamplingParams(temperature=0, max_tokens=args.max_tokens, grammar=json_schema_spec(SCHEMA))
-    run(engine, prompts[:2], constrained)  # warm up: kernels, xgrammar's import and the one compile
+    run(engine, prompts[:2], constrained)  # warm up: kernels, llguidance's tokenizer and the one compile
 
     print(
         f"SmolLM2-135M float32, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "

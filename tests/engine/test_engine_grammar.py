@@ -64,6 +64,31 @@ def test_padded_ids_beyond_the_tokenizer_are_never_allowed(compiler: GrammarComp
     assert not torch.isfinite(logits[0, len(VOCAB) :]).any()
 
 
+def test_padding_of_whole_words_beyond_the_tokenizer_is_never_allowed() -> None:
+    """Logits 40 ids wider than the tokenizer: the mask's second word is the model's alone."""
+    wide = len(VOCAB) + 40
+    grammar = GrammarCompiler.from_vocabulary(VOCAB, [EOS], vocab_size=wide).matcher(json_object_spec())
+    pending = MaskFiller(wide).start([grammar])
+    assert pending is not None
+    logits = torch.zeros(1, wide)
+    pending.apply(logits)
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [VOCAB.index("{")]
+
+
+def test_a_schema_object_allows_no_other_properties_unless_it_says(compiler: GrammarCompiler) -> None:
+    """OpenAI's strict mode: properties not listed are refused; json_object's properties stay open."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert allowed(compiler, '{"a": 1', json_schema_spec(schema)) == {"1", "2", "}"}
+    opened = {**schema, "additionalProperties": True}
+    assert "," in allowed(compiler, '{"a": 1', json_schema_spec(opened))
+    assert "," in allowed(compiler, '{"a": 1', json_object_spec())
+
+
+def test_keywords_the_grammar_cannot_enforce_are_ignored(compiler: GrammarCompiler) -> None:
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    assert allowed(compiler, "[1, ", json_schema_spec(schema)) == {"1", "2"}
+
+
 def test_rows_without_a_grammar_are_untouched(compiler: GrammarCompiler) -> None:
     filler = MaskFiller(PADDED)
     assert filler.start([None, None]) is None
