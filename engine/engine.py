@@ -11,6 +11,11 @@ forks into `n` sequences sharing the prompt's KV blocks (`Scheduler.fork`), each
 choice `index`; the output that finishes the last choice has `last` set. With `logprobs`, each output
 carries the log-probabilities of the tokens whose text it releases (`engine.logprobs`).
 
+A constrained request (`sampling.grammar`, structured outputs) holds a grammar matcher per choice: a fork
+gets a copy of its parent's, taken before any token, so that step the parent's mask is the children's too.
+The mask sets disallowed logits to -inf before the sampler's penalties and bias, which only add finite
+amounts, so a disallowed token can never be chosen; logprobs are read from the logits before the mask.
+
 This module knows the model runner, the sampler, the tokenizer's `decode` and the scheduler's API; it
 makes no scheduling decisions and keeps no block accounting of its own.
 """
@@ -24,6 +29,8 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.detokenizer import Detokenizer, IncrementalDetokenizer
+from engine.grammar import GrammarCompiler, RequestGrammar
+from engine.grammar_masks import MaskFiller
 from engine.logprobs import PendingLogprobs, TokenLogprob, TopLogprobs, top_logprobs
 from engine.metrics import EngineMetrics
 from engine.model.llama import LlamaModel
@@ -94,6 +101,8 @@ class _RequestState:
     request_id: str
     """The caller's id (the sequence's own id differs for choices after the first)."""
     index: int = 0
+    grammar: RequestGrammar | None = None
+    """This choice's own position in the request's grammar (a fork gets a copy)."""
     forks_pending: bool = False
     """Choices still to fork from this one at its first sample."""
     text: str = ""
@@ -129,6 +138,9 @@ class LLMEngine:
         self.metrics = metrics or EngineMetrics()
         model_context = self.config.max_model_len or model.config.max_position_embeddings
         self.max_model_len = min(model_context, self.config.num_blocks * self.config.block_size)
+        vocab_size = self.runner.config.vocab_size
+        self.grammars = GrammarCompiler(tokenizer, vocab_size)  # structured outputs (engine.grammar)
+        self._masks = MaskFiller(vocab_size)
         self._requests: dict[str, _RequestState] = {}  # by sequence id
         self._choices: dict[str, list[str]] = {}  # request id -> its unfinished sequences' ids
         self._token_texts: dict[int, str] = {}  # one token decoded alone (logprobs' alternatives)
@@ -152,6 +164,7 @@ class LLMEngine:
         vocab_size = self.runner.config.vocab_size
         if any(token_id >= vocab_size for token_id, _ in sampling.logit_bias):
             raise ValueError(f"logit_bias token ids must be in [0, {vocab_size})")
+        grammar = self.grammars.matcher(sampling.grammar) if sampling.grammar is not None else None
         sequence = Sequence(
             request_id,
             list(prompt_token_ids),
@@ -162,7 +175,7 @@ class LLMEngine:
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
         )
         self.scheduler.add(sequence)
-        self._requests[request_id] = self._state(sequence, request_id, 0)
+        self._requests[request_id] = self._state(sequence, request_id, 0, grammar)
         self._requests[request_id].forks_pending = sampling.n > 1
         self._choices[request_id] = [request_id]
 
@@ -192,21 +205,29 @@ class LLMEngine:
         scheduled = self.scheduler.schedule()
         outputs: list[RequestOutput] = []
         if scheduled.chunks:
+            parents = [
+                self._requests[chunk.sequence.request_id] for chunk in scheduled.chunks if chunk.samples
+            ]
+            masks = self._masks.start([state.grammar for state in parents])  # filled during the forward
             model_chunks = [_model_chunk(chunk) for chunk in scheduled.chunks]
-            logits = self.runner.execute(model_chunks, scheduled.block_copies)
+            logits = self.runner.execute(model_chunks, scheduled.block_copies)  # (len(parents), vocab)
             self.scheduler.advance(scheduled)
             sampling: list[_RequestState] = []
             rows: list[int] = []  # the logits row of each sampling state (forked choices share one)
-            sampling_chunks = (chunk for chunk in scheduled.chunks if chunk.samples)
-            for row, chunk in enumerate(sampling_chunks):
-                state = self._requests[chunk.sequence.request_id]
+            for row, state in enumerate(parents):
                 for choice in [state, *self._fork(state)]:
                     sampling.append(choice)
                     rows.append(row)
             if len(rows) != logits.shape[0]:
-                logits = logits[rows]  # (len(sampling), vocab)
+                logits = logits[rows]  # (len(sampling), vocab): a copy, one row per choice
+            # Logprobs describe the model: they are read from the logits before the grammar's mask.
+            raw_logits = logits.clone() if masks is not None and _wants_logprobs(sampling) else logits
+            if masks is not None:
+                # A fork's grammar is a copy of its parent's taken before any token: the parent's mask is
+                # its mask too, so the mask rows follow the logits rows.
+                masks.apply(logits, rows)
             token_ids = sample_batch(logits, [state.sampler for state in sampling])
-            logprobs = self._logprobs(logits, sampling, token_ids)
+            logprobs = self._logprobs(raw_logits, sampling, token_ids)
             now = time.monotonic()
             outputs = [
                 self._append_token(state, token_id, now, logprobs.get(row))
@@ -232,7 +253,9 @@ class LLMEngine:
 
     # Helpers ------------------------------------------------------------------------------------
 
-    def _state(self, sequence: Sequence, request_id: str, index: int) -> _RequestState:
+    def _state(
+        self, sequence: Sequence, request_id: str, index: int, grammar: RequestGrammar | None
+    ) -> _RequestState:
         return _RequestState(
             sequence,
             RequestSampler(sequence.sampling, index),
@@ -240,6 +263,7 @@ class LLMEngine:
             IncrementalDetokenizer(self.tokenizer, sequence.prompt_token_ids),
             request_id,
             index,
+            grammar,
         )
 
     def _fork(self, state: _RequestState) -> list[_RequestState]:
@@ -260,7 +284,8 @@ class LLMEngine:
                 arrival_time=parent.arrival_time,
             )
             self.scheduler.fork(parent, child)
-            children.append(self._state(child, state.request_id, index))
+            grammar = state.grammar.fork() if state.grammar is not None else None
+            children.append(self._state(child, state.request_id, index, grammar))
             self._requests[child.request_id] = children[-1]
             self._choices[state.request_id].append(child.request_id)
         return children
@@ -292,6 +317,11 @@ class LLMEngine:
         if logprobs is not None:
             state.logprobs.add(self._token_logprob(logprobs, new_text))
         finish = state.stop_checker.check(sequence.output_token_ids, state.text, len(new_text))
+        grammar_may_end = finish is None or finish.reason is StopReason.LENGTH
+        if grammar_may_end and state.grammar is not None and state.grammar.advance(token_id):
+            # The grammar is complete (a whole JSON value): a structured answer ends here, even on its last
+            # allowed token (then it is whole, not cut by max_tokens).
+            return self._finish_whole(state, "stop", token_id)
         if finish is not None and finish.reason is StopReason.STOP:
             # A stop string ends the text before it; a stop token's own text (and logprob) is left out too.
             end = len(state.text) - len(new_text) if finish.text_end is None else finish.text_end
@@ -300,16 +330,20 @@ class LLMEngine:
             released = state.logprobs.release(end, final=True)
             return self._finish(state, "stop", state.text[state.num_sent_chars : end], [token_id], released)
         if finish is not None or sequence.reached_length_limit():
-            flushed = state.detokenizer.flush()
-            state.text += flushed
-            state.logprobs.extend_last(flushed)
-            released = state.logprobs.release(len(state.text), final=True)
-            return self._finish(state, "length", state.text[state.num_sent_chars :], [token_id], released)
+            return self._finish_whole(state, "length", token_id)
         visible = len(state.text) - state.stop_checker.num_held_back_chars(state.text)
         delta = state.text[state.num_sent_chars : visible]
         state.num_sent_chars = max(state.num_sent_chars, visible)
         released = state.logprobs.release(state.num_sent_chars)
         return self._output(state, delta, [token_id], None, released)
+
+    def _finish_whole(self, state: _RequestState, reason: FinishReason, token_id: int) -> RequestOutput:
+        """Finish with all of the text so far (nothing cut off), the detokenizer's held-back text included."""
+        flushed = state.detokenizer.flush()
+        state.text += flushed
+        state.logprobs.extend_last(flushed)
+        released = state.logprobs.release(len(state.text), final=True)
+        return self._finish(state, reason, state.text[state.num_sent_chars :], [token_id], released)
 
     def _token_logprob(self, logprobs: TopLogprobs, text: str) -> TokenLogprob:
         """The sampled token as the text it added; alternatives as each token decodes alone."""
@@ -378,6 +412,10 @@ class LLMEngine:
             prefix_cache_hits=stats.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
         )
+
+
+def _wants_logprobs(states: list[_RequestState]) -> bool:
+    return any(state.sequence.sampling.logprobs is not None for state in states)
 
 
 def _choice_id(request_id: str, index: int) -> str:

@@ -43,6 +43,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted once from every token already generated
     frequency_penalty: float = 0.0  # subtracted per occurrence of a token already generated
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits
+    grammar: str | None = None  # a spec the output must follow, as JSON text (engine.grammar); None: free
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -46,6 +46,8 @@ ROOMS: dict[str, list[set[str]]] = {
             "engine.penalties",
             "engine.logprobs",
             "engine.detokenizer",
+            "engine.grammar",
+            "engine.grammar_masks",
             "engine.stopping",
             "engine.metrics",
         },

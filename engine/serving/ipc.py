@@ -87,6 +87,7 @@ def sampling_from_wire(data: Message) -> SamplingParams:
         presence_penalty=float(data.get("presence_penalty", 0.0)),
         frequency_penalty=float(data.get("frequency_penalty", 0.0)),
         logit_bias=tuple((int(token), float(bias)) for token, bias in data.get("logit_bias", ())),
+        grammar=None if data.get("grammar") is None else str(data["grammar"]),
     )
 
 

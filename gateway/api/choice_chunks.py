@@ -1,10 +1,12 @@
-"""The stream chunks of an engine answer with several choices or with logprobs, as OpenAI sends them.
+"""The stream chunks of an engine answer with several choices, logprobs or tool calls, as OpenAI sends them.
 
-A plain engine answer (one choice, no logprobs) is rendered from text by `http/rendering.py`; one with `n > 1`
-or logprobs is built here as whole `chat.completion.chunk` / `text_completion` chunk dicts, so that it
-travels like an upstream's stream: relayed to a streaming client, folded (`chunks.accumulate_chat` /
+A plain engine answer (one choice of text, no logprobs) is rendered from text by `http/rendering.py`; any
+other is built here as whole `chat.completion.chunk` / `text_completion` chunk dicts, so that it travels
+like an upstream's stream: relayed to a streaming client, folded (`chunks.accumulate_chat` /
 `accumulate_text`) into the JSON answer and the stored object. Chunks carry their choice's `index`; every
-choice's finish comes at the end, then one usage chunk (dropped for a client that did not ask for it).
+choice's finish comes at the end, then one usage chunk (dropped for a client that did not ask for it). In a
+tool-call answer each choice's text is a call, turned into `tool_calls` deltas by its own
+`ToolCallDeltas`; a choice finished by its grammar finishes with "tool_calls".
 
 Logprobs, per token: chat's `{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}` under
 `logprobs.content`, and legacy completions' `{tokens, token_logprobs, top_logprobs: [{token: logprob}],
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.api.ids import random_hex
+from gateway.api.tool_call_deltas import ToolCallDeltas
 
 Payload = dict[str, Any]
 
@@ -37,60 +40,75 @@ class ScoredToken(Protocol):
 
 @dataclass(slots=True)
 class ChoiceChunks:
-    """Builds the chunks of one answer: chat or legacy completion, one id and timestamp."""
+    """Builds the chunks of one answer: chat or legacy completion, one id and timestamp. `tool_calls`: every
+    choice is a tool call (chat only)."""
 
     chat: bool
     model: str
     n: int
+    tool_calls: bool = False
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     _offsets: dict[int, int] = field(default_factory=dict)  # legacy: characters sent per choice
+    _calls: dict[int, ToolCallDeltas] = field(default_factory=dict)  # tool calls: one per choice
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = ("chatcmpl-" if self.chat else "cmpl-") + random_hex(12)
+        if self.tool_calls:
+            if not self.chat:
+                raise ValueError("only chat answers have tool calls")
+            self._calls = {index: ToolCallDeltas() for index in range(self.n)}
 
     def opening(self) -> list[Payload]:
         """Chat's first chunk per choice carries the role; legacy completions have none."""
         if not self.chat:
             return []
-        return [
-            self._chunk(
-                {"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            )
-            for index in range(self.n)
-        ]
+        role: Payload = {"role": "assistant", "content": None if self.tool_calls else ""}
+        return [self._choice(index, role) for index in range(self.n)]
 
-    def text(self, index: int, text: str, logprobs: Sequence[ScoredToken] | None) -> Payload | None:
-        """A choice's new text with its tokens' logprobs (None when the request asked for none); None when
-        there is nothing to send."""
+    def text(self, index: int, text: str, logprobs: Sequence[ScoredToken] | None) -> list[Payload]:
+        """A choice's new text with its tokens' logprobs (None when the request asked for none): the chunks
+        to send, none when there is nothing yet."""
+        if self.tool_calls:
+            return [self._choice(index, delta) for delta in self._calls[index].add(text)]
         if not text and not logprobs:
-            return None
+            return []
         if self.chat:
-            choice: Payload = {"index": index, "delta": {"content": text}, "finish_reason": None}
-            choice["logprobs"] = (
-                None if logprobs is None else {"content": chat_logprobs(logprobs), "refusal": None}
-            )
-            return self._chunk(choice)
+            scored = None if logprobs is None else {"content": chat_logprobs(logprobs), "refusal": None}
+            return [self._choice(index, {"content": text}, scored)]
         offset = self._offsets.get(index, 0)
         self._offsets[index] = offset + len(text)
         legacy = None if logprobs is None else completion_logprobs(logprobs, offset)
-        return self._chunk({"index": index, "text": text, "logprobs": legacy, "finish_reason": None})
+        return [self._chunk({"index": index, "text": text, "logprobs": legacy, "finish_reason": None})]
 
     def finish(self, finish_reasons: Sequence[str]) -> list[Payload]:
-        """One chunk per choice with its finish reason."""
-        if self.chat:
+        """Each choice's last chunks: the rest of a tool call's arguments, then its finish reason ("stop"
+        becomes "tool_calls" in a tool-call answer)."""
+        if not self.chat:
             return [
-                self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+                self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": reason})
                 for index, reason in enumerate(finish_reasons)
             ]
-        return [
-            self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": reason})
-            for index, reason in enumerate(finish_reasons)
-        ]
+        chunks = []
+        for index, reason in enumerate(finish_reasons):
+            if self.tool_calls:
+                complete = reason == "stop"
+                chunks.extend(self._choice(index, delta) for delta in self._calls[index].finish(complete))
+                reason = "tool_calls" if complete else reason
+            chunks.append(self._choice(index, {}, finish_reason=reason))
+        return chunks
 
     def usage(self, usage: Mapping[str, Any]) -> Payload:
         return {**self._chunk(None), "choices": [], "usage": dict(usage)}
+
+    def _choice(
+        self, index: int, delta: Payload, logprobs: Payload | None = None, finish_reason: str | None = None
+    ) -> Payload:
+        """A chat chunk of one choice."""
+        return self._chunk(
+            {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        )
 
     def _chunk(self, choice: Payload | None) -> Payload:
         kind = "chat.completion.chunk" if self.chat else "text_completion"

@@ -5,8 +5,10 @@ RemoteEngineClient` (the engine process behind `kvgate serve --workers N`) to th
 tenant is the engine's cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing
 attacks are real). An engine that cannot be reached answers 503 `engine_unavailable`.
 
-A plain answer (one choice, no logprobs) streams as `TextDelta`s; one with several choices or logprobs as
-OpenAI chunks (`gateway/api/choice_chunks.py`), which the routes relay or fold as they do an upstream's.
+A plain answer (one choice of text, no logprobs) streams as `TextDelta`s; one with several choices,
+logprobs or tool calls as OpenAI chunks (`gateway/api/choice_chunks.py`), which the routes relay or fold as
+they do an upstream's. `response_format` and forced tool calls become a grammar the engine decodes under
+(`structured_outputs.py`); every choice follows it on its own.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 from gateway.api.choice_chunks import ChoiceChunks
 from gateway.api.errors import InvalidRequest, ServiceUnavailable
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, TextDelta
+from gateway.backends.structured_outputs import OutputPlan, plan_output
 from gateway.runtime.settings import Settings
 
 logger = logging.getLogger("kvgate.engine")
@@ -97,8 +100,14 @@ class EngineBackend:
             await self.client.refresh_metrics()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        plan = OutputPlan([])
         if request.messages is not None:
-            token_ids = await asyncio.to_thread(self.client.encode_chat, request.messages)
+            plan = (
+                plan_output(request.body, request.messages)
+                if request.path is None
+                else OutputPlan(request.messages)
+            )
+            token_ids = await asyncio.to_thread(self.client.encode_chat, plan.messages)
             param = "messages"
         else:
             token_ids = await asyncio.to_thread(self.client.encode_prompt, request.prompt or "")
@@ -115,10 +124,11 @@ class EngineBackend:
                 param="logit_bias",
                 code="invalid_value",
             )
-        sampling = _sampling_params(request, max_tokens)
+        sampling = _sampling_params(request, max_tokens, plan.grammar)
         chunks = None
-        if request.n > 1 or request.logprobs is not None:
-            chunks = ChoiceChunks(chat=request.messages is not None, model=request.model, n=request.n)
+        if request.n > 1 or request.logprobs is not None or plan.tool_call:
+            chat = request.messages is not None
+            chunks = ChoiceChunks(chat, request.model, request.n, tool_calls=plan.tool_call)
         opening = chunks.opening() if chunks is not None else []
         try:
             events = self.client.generate(
@@ -140,18 +150,24 @@ class EngineBackend:
                         for finish in chunks.finish(reasons):
                             yield Chunk(finish)
                         yield Chunk(chunks.usage(_usage(usage)))
-                    yield Finished(
-                        reasons[0], usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens
-                    )
+                    reason: Literal["stop", "length", "tool_calls"] = reasons[0]
+                    if plan.tool_call and reason == "stop":
+                        reason = "tool_calls"
+                    yield Finished(reason, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
                 elif chunks is not None:
                     logprobs = event.logprobs if request.logprobs is not None else None
-                    chunk = chunks.text(event.index, event.text, logprobs)
-                    if chunk is not None:
+                    for chunk in chunks.text(event.index, event.text, logprobs):
                         yield Chunk(chunk)
                 elif event.text:
                     yield TextDelta(event.text)
         except ContextLengthExceeded as error:
             raise _too_long(len(token_ids), self.client.max_model_len, param) from error
+        except ValueError as error:  # a grammar the engine cannot compile (engine.grammar.GrammarError)
+            if plan.grammar is None:
+                raise
+            raise InvalidRequest(
+                str(error), param="tools" if plan.tool_call else "response_format"
+            ) from error
         except EngineStopped as error:
             raise ServiceUnavailable(
                 "The engine is not available right now; retry shortly.",
@@ -209,7 +225,7 @@ def served_model_name(settings: Settings) -> str:
     return path.stem if path.suffix == ".gguf" else path.name or settings.generator
 
 
-def _sampling_params(request: GenerationRequest, max_tokens: int) -> SamplingParams:
+def _sampling_params(request: GenerationRequest, max_tokens: int, grammar: str | None) -> SamplingParams:
     return SamplingParams(
         temperature=request.temperature,
         top_p=request.top_p,
@@ -221,6 +237,7 @@ def _sampling_params(request: GenerationRequest, max_tokens: int) -> SamplingPar
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
         logit_bias=tuple(sorted(request.logit_bias.items())),
+        grammar=grammar,
     )
 
 
@@ -229,6 +246,7 @@ def _reason(engine_reason: str) -> Literal["stop", "length"]:
 
 
 def _usage(usage: EngineUsage) -> dict[str, Any]:
+    """The engine's usage as OpenAI's `usage` object (carried by the answer's last chunk)."""
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,

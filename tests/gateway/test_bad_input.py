@@ -38,8 +38,34 @@ def assert_openai_error(response: Any, status: int) -> dict[str, Any]:
         (chat("hi", logit_bias={"hello": 5}), "logit_bias"),
         (chat("hi", logit_bias={"42": 101}), "logit_bias"),
         (chat("hi", presence_penalty=2.5), "presence_penalty"),
-        (chat("hi", tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-        (chat("hi", response_format={"type": "json_object"}), "response_format"),
+        (chat("hi", tools=[{"type": "function", "function": {"description": "no name"}}]), "tools.0"),
+        (
+            chat("hi", tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="any"),
+            "tool_choice",
+        ),
+        (
+            chat(
+                "hi",
+                tools=[{"type": "function", "function": {"name": "f"}}],
+                tool_choice={"type": "function", "function": {"name": "g"}},
+            ),
+            "tool_choice",
+        ),
+        (chat("hi", tool_choice="required"), "tool_choice"),
+        (chat("hi", response_format={"type": "xml"}), "response_format"),
+        (
+            chat("hi", response_format={"type": "json_schema", "json_schema": {"schema": "x"}}),
+            "response_format",
+        ),
+        (
+            chat(
+                "hi",
+                tools=[{"type": "function", "function": {"name": "f"}}],
+                tool_choice="required",
+                logprobs=True,
+            ),
+            "logprobs",
+        ),
         (chat("hi", stop=["a", "b", "c", "d", "e"]), "stop"),
         ({"model": MODEL, "messages": [{"role": "user", "content": "   "}]}, "messages"),
         (

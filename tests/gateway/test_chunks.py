@@ -227,7 +227,7 @@ def engine_chunks(chat_api: bool, reasons: tuple[str, str] = ("length", "stop"))
     built = ChoiceChunks(chat=chat_api, model="m", n=2)
     chunks = built.opening()
     for index, token in ((0, "Hel"), (1, "Bye"), (0, "lo")):
-        chunks.append(built.text(index, token, [Scored(token, -0.5, ((token, -0.5), ("x", -2.0)))]))  # type: ignore[arg-type]
+        chunks += built.text(index, token, [Scored(token, -0.5, ((token, -0.5), ("x", -2.0)))])  # type: ignore[arg-type]
     return [*chunks, *built.finish(reasons), built.usage(ENGINE_USAGE)]
 
 

@@ -229,7 +229,7 @@ async def _respond(
         first = await first_event(events)  # errors before the first token are plain HTTP errors
         return sse_response(_live(renderer, first, events, request.include_usage_in_stream), headers)
     text: list[str] = []
-    chunks: list[dict[str, Any]] = []  # the engine's answer with several choices or logprobs
+    chunks: list[dict[str, Any]] = []  # the engine's answer as chunks: choices, logprobs, tool calls
     sent: dict[str, Any] | None = None
     async with contextlib.aclosing(events):
         async for event in events:
