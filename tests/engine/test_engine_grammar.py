@@ -182,6 +182,38 @@ def test_the_engine_ends_a_constrained_request_where_its_json_ends() -> None:
     assert tokens["free"] == reference and reasons["free"] == "length"
 
 
+def test_forked_choices_each_follow_the_grammar_with_logprobs_penalties_and_bias() -> None:
+    """n=3 under a schema: each choice has its own matcher (a shared one would see three tokens a step and
+    break), a +100 bias on a token the grammar never allows cannot get it chosen, and logprobs still come."""
+    model = make_engine_model(make_hf_llama(vocab_size=PADDED))
+    engine = LLMEngine(model, _CharTokenizer(), EngineConfig(num_blocks=64, block_size=4))
+    engine.grammars = GrammarCompiler.from_vocabulary(VOCAB, [EOS], vocab_size=PADDED)
+    engine.eos_token_ids = (EOS,)  # the toy model's config says 2, which is "}" here
+    sampling = SamplingParams(
+        temperature=1.0,
+        seed=5,
+        max_tokens=60,
+        n=3,
+        logprobs=2,
+        frequency_penalty=1.0,
+        logit_bias=((VOCAB.index("x"), 100.0),),
+        grammar=json_schema_spec(SCHEMA),
+    )
+    engine.add_request("json", [1, 2, 3], sampling)
+    texts, spelled = ["", "", ""], ["", "", ""]
+    reasons: dict[int, str | None] = {}
+    while engine.has_unfinished():
+        for output in engine.step():
+            texts[output.index] += output.text
+            spelled[output.index] += "".join(entry.token for entry in output.logprobs)
+            if output.finish_reason is not None:
+                reasons[output.index] = output.finish_reason
+    for index, text in enumerate(texts):
+        assert reasons[index] == "stop" and "x" not in text and spelled[index] == text
+        value = json.loads(text)
+        assert set(value) == {"a", "b"} and isinstance(value["a"], int) and isinstance(value["b"], bool)
+
+
 class _CharTokenizer:
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(VOCAB[token] if token < len(VOCAB) else "?" for token in token_ids if token != EOS)
