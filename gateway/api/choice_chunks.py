@@ -90,7 +90,7 @@ class ChoiceChunks:
                 self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": reason})
                 for index, reason in enumerate(finish_reasons)
             ]
-        chunks = []
+        chunks: list[Payload] = []
         for index, reason in enumerate(finish_reasons):
             if self.tool_calls:
                 complete = reason == "stop"
