@@ -238,7 +238,7 @@ def cache_probe(client: RedisClient, embedder: Embedder | None = None) -> ProbeF
             RedisEntryStore(client, prefix=prefix),
             embedder if embedder is not None else default_embedder(),
             recorder,
-            CacheConfig(default_ttl_s=3600.0, candidates=1),
+            CacheConfig(default_ttl_s=3600.0, candidates=1, judged=1),
         )
         await cache.start()
         try:
@@ -380,6 +380,7 @@ def calibrate(
         verifier_sha256=file_sha256(WEIGHTS_FILE),
         fitted_on={"files": [path.name for path in paths], "part": part, "pairs": len(pairs)},
         languages=languages,
+        combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
     )
     return calibration.save(out)
 

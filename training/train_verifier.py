@@ -4,6 +4,8 @@
     .venv/bin/python training/train_verifier.py --steps 4200 --minutes 70 --out /tmp/v/stage1.safetensors
     .venv/bin/python training/train_verifier.py --resume /tmp/v/stage1.safetensors --stage rubric \
         --steps 2000 --minutes 45 --learning-rate 2e-5 --threads 1 --out /tmp/v/stage2.safetensors
+    .venv/bin/python training/train_verifier.py --resume /tmp/v/stage2.safetensors --stage rewordings \
+        --steps 1500 --minutes 40 --learning-rate 2e-5 --threads 1 --out /tmp/v/stage3.safetensors
     .venv/bin/python training/train_verifier.py --minutes 0 --steps 4200    # exactly reproducible, steps only
 
 The shipped weights come from two runs (docs/benchmarks.md has their loss and time): the first from the
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from semantic.embedding.embedder_source import packaged_model_dir
 from semantic.pair_sets import (
     ADVERSARIAL_FILE,
+    CHATBOT_FILE,
     MRPC_FILE,
     QQP_FILE,
     REVIEWED_FILE,
@@ -100,10 +103,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--stage",
-        choices=("paraphrase", "rubric"),
+        choices=("paraphrase", "rubric", "rewordings"),
         default="paraphrase",
         help="paraphrase: every source, raw Quora for volume (the first stage, from the base model); "
-        "rubric: only pairs labelled on the rubric, reviewed pairs weighted up (the second stage, --resume)",
+        "rubric: only pairs labelled on the rubric, reviewed pairs weighted up (the second stage, --resume); "
+        "rewordings: the chatbot rewordings and hard negatives with the rubric's pairs (the third stage, --resume)",
     )
     args = parser.parse_args()
 
@@ -114,6 +118,8 @@ def main() -> None:
 
     if args.stage == "rubric":
         examples = rubric_pairs(args.data_dir)
+    elif args.stage == "rewordings":
+        examples = rewording_pairs(args.data_dir)
     else:
         examples = training_pairs(args.data_dir, transitive=not args.no_implied)
     soft = soft_targets(args.data_dir)
@@ -250,6 +256,57 @@ def rubric_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
     adversarial_train = file_part(data_dir / ADVERSARIAL_FILE, "train")
     made = minimal_pairs(rng.sample(texts, min(len(texts), 8000)), rng) + task_pairs(rng, 2000)
     return 4 * reviewed_train + 3 * adversarial_train + made
+
+
+def rewording_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
+    """The third stage's pairs: real rewordings and their hard negatives, beside what the second stage learnt.
+
+    The chatbot set's train part (hand-written rewordings of a product assistant's questions: rephrase,
+    synonym, voice, keyword queries, context, abbreviation, typo, filler, formality; against related
+    questions and minimal edits) is shown four times; the candidates its wordings meet as lookups in one
+    scope holding the part (`lookup_candidates`: mostly the nearest stored prompt of another question)
+    twice; the reviewed Quora and adversarial train parts twice each, and a fresh draw of minimal pairs and
+    task requests, so that what the second stage refuses (minimal edits, Quora's near-misses) stays
+    refused while the rewordings are learnt.
+    """
+    rng = random.Random(seed + 2)
+    quora, group_of, tainted = quora_groups(data_dir)
+    texts = sorted({text for pair in quora if group_of[pair.a] not in tainted for text in (pair.a, pair.b)})
+    chatbot_train = file_part(data_dir / CHATBOT_FILE, "train")
+    reviewed_train = file_part(data_dir / REVIEWED_FILE, "train")
+    adversarial_train = file_part(data_dir / ADVERSARIAL_FILE, "train")
+    made = minimal_pairs(rng.sample(texts, min(len(texts), 4000)), rng) + task_pairs(rng, 1000)
+    # Lookups in the chatbot set's scope only: the reviewed Quora sample holds many unlabelled duplicates of
+    # one question (its nearest stored prompt is often a paraphrase no pair names), so its lookups would
+    # teach true paraphrases as negatives.
+    looked_up = lookup_candidates(chatbot_train, LOOKUP_CANDIDATES)
+    return 4 * chatbot_train + 2 * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
+
+
+LOOKUP_CANDIDATES = 3
+
+
+def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:
+    """What a lookup meets (`semantic/scope_lookups.py`): every `a` of a train part stored in one scope, each
+    new `b` against its k nearest, labelled by the part's paraphrase groups. Mostly hard negatives: the
+    nearest stored prompt of another question, often ranked above the stored wording of the same one."""
+    from semantic.embedding.embedder import SentenceEmbedder
+    from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+    from semantic.scope_lookups import populated_scope, scope_lookups
+
+    embedder = SentenceEmbedder(resolve_embedder(DEFAULT_EMBEDDER_NAME))
+    scope = populated_scope(pairs)
+    lookups = scope_lookups(
+        scope,
+        embedder.embed(list(scope.stored)),
+        embedder.embed([pair.b for pair in scope.queries]),
+        k,
+    )
+    return [
+        LabelledPair(candidate, lookup.query, int(paraphrase), "lookup")
+        for lookup in lookups
+        for candidate, paraphrase in zip(lookup.candidates, lookup.paraphrase, strict=True)
+    ]
 
 
 def quora_groups(data_dir: Path) -> tuple[list[LabelledPair], dict[str, str], set[str]]:

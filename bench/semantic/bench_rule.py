@@ -32,9 +32,18 @@ from semantic.evaluation import (
     roc_auc,
     score_outcomes,
 )
-from semantic.pair_sets import ADVERSARIAL_FILE, DEV_SPLIT, MRPC_FILE, REVIEWED_FILE, LabelledPair, file_part
+from semantic.pair_sets import (
+    ADVERSARIAL_FILE,
+    CHATBOT_FILE,
+    DEV_SPLIT,
+    MRPC_FILE,
+    REVIEWED_FILE,
+    LabelledPair,
+    file_part,
+)
 from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
+    DEFAULT_TARGET_FALSE_HIT_RATE,
     SHIPPED_CALIBRATION,
     CalibratedRule,
     Calibration,
@@ -45,11 +54,20 @@ from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
 from semantic.rule.near_duplicate import near_duplicate_reason
 from semantic.rule.verdict import Verdict
 from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
+from semantic.scope_lookups import populated_scope, scope_lookups
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
 LOW_COSINE = 0.5
-REPORTED = ("reviewed/test", "adversarial/test", "mrpc/test")
+REPORTED = ("reviewed/test", "adversarial/test", "chatbot/test", "mrpc/test")
+CALIBRATION_SETS = (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE), ("chatbot", CHATBOT_FILE))
+# Candidates of each lookup in a populated scope that the calibration sees: the cache judges this many
+# (`CacheConfig.judged`).
+LOOKUP_CANDIDATES = 3
+# The sets whose populated scopes the calibration also fits on. Not the reviewed Quora sample: it holds many
+# unlabelled duplicates of one question, so its lookups' nearest "wrong" candidates are mostly paraphrases
+# no pair names (read off the highest-scored ones), which would count as wrong hits.
+LOOKUP_SETS = ("adversarial", "chatbot")
 Floats = npt.NDArray[np.float64]
 
 
@@ -116,16 +134,32 @@ def main() -> None:
     sha = file_sha256(args.weights)
     splits = {
         f"{name}/{part}": file_part(args.data_dir / file, part)
-        for name, file in (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE))
+        for name, file in CALIBRATION_SETS
         for part in ("calibration", "test")
     }
     splits["mrpc/test"] = file_part(args.data_dir / MRPC_FILE, "test")
     features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
+    lookups = {
+        name: cached_lookup_features(name, splits[f"{name}/calibration"], verifier, sha)
+        for name in LOOKUP_SETS
+    }
 
     for name in REPORTED:
         report_components(name, features[name], guard_names)
 
-    calibration_features = features["reviewed/calibration"] + features["adversarial/calibration"]
+    pair_features = sum(
+        (features[f"{name}/calibration"] for name, _ in CALIBRATION_SETS[1:]),
+        features[f"{CALIBRATION_SETS[0][0]}/calibration"],
+    )
+    lookup_features, lookup_groups = Features([], np.zeros(0), np.zeros(0)), np.zeros(0, dtype=int)
+    for name in LOOKUP_SETS:
+        found, groups = lookups[name]
+        lookup_groups = np.concatenate(
+            [lookup_groups, groups + (lookup_groups.max() + 1 if len(lookup_groups) else 0)]
+        )
+        lookup_features = lookup_features + found
+    calibration_features = pair_features + lookup_features
+    groups = np.concatenate([np.full(len(pair_features.pairs), -1), lookup_groups])
     guards = tuple(GUARDS_BY_NAME[guard] for guard in guard_names)
     calibration = fit_calibration(
         calibration_features.cosines,
@@ -137,13 +171,20 @@ def main() -> None:
         guards=guard_names,
         verifier_sha256=sha,
         fitted_on={
-            "files": [REVIEWED_FILE, ADVERSARIAL_FILE],
+            "files": [file for _, file in CALIBRATION_SETS],
             "part": "calibration",
             "split": DEV_SPLIT,
-            "pairs": len(calibration_features.pairs),
+            "pairs": len(pair_features.pairs),
+            "lookups": len(np.unique(lookup_groups)),
+            "lookup_candidates": LOOKUP_CANDIDATES,
         },
+        lookups=groups,
+        combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
     )
-    print("\ncalibration (reviewed/calibration + adversarial/calibration):")
+    print(
+        f"\ncalibration ({', '.join(f'{name}/calibration' for name, _ in CALIBRATION_SETS)}: "
+        f"{len(pair_features.pairs)} pairs, and {len(np.unique(lookup_groups))} lookups in their populated scopes):"
+    )
     for point in calibration.points:
         print(
             f"  target {point.target:.3f}: threshold {point.threshold:.4f}  fhr {point.false_hit_rate:.4f}  "
@@ -174,6 +215,29 @@ def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier
         return scores
 
     return Features(pairs, cosines, _cached(CACHE_DIR / f"verifier-{stem}-{sha[:12]}.npy", probabilities))
+
+
+def cached_lookup_features(
+    name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str
+) -> tuple[Features, npt.NDArray[np.int_]]:
+    """The candidates of every lookup in the populated scope of `pairs` (`semantic/scope_lookups.py`), as
+    (candidate, query) pairs labelled by paraphrase groups, and each row's lookup id."""
+    scope = populated_scope(pairs)
+    embedder = default_embedder()
+    lookups = scope_lookups(
+        scope,
+        embedder.embed(list(scope.stored)),
+        embedder.embed([pair.b for pair in scope.queries]),
+        LOOKUP_CANDIDATES,
+    )
+    rows = [
+        LabelledPair(candidate, lookup.query, int(paraphrase), lookup.kind)
+        for lookup in lookups
+        for candidate, paraphrase in zip(lookup.candidates, lookup.paraphrase, strict=True)
+    ]
+    groups = np.array([index for index, lookup in enumerate(lookups) for _ in lookup.candidates], dtype=int)
+    features = cached_features(f"lookups-{name}", rows, verifier, sha)
+    return features, groups
 
 
 def _cached(path: Path, compute: Callable[[], Floats]) -> Floats:

@@ -306,6 +306,8 @@ def fit_calibration(
     fitted_on: dict[str, object],
     targets: Sequence[float] = CALIBRATION_TARGETS,
     languages: tuple[str, ...] = _LANGUAGES_BEFORE_RECORDED,
+    lookups: npt.NDArray[np.int_] | None = None,
+    combiner_target: float | None = None,
 ) -> Calibration:
     """Fit the cosine/verifier combiner, then for each target the lowest threshold on the combined score
     whose hits on these pairs stay within the target.
@@ -315,52 +317,100 @@ def fit_calibration(
     count as hits at every threshold, and the combiner is fitted on the others. A target whose best set of
     hits is smaller than MIN_CALIBRATION_HITS is left out. `languages` are those the pairs measured
     (`measured_languages`); pairs in any other come `vetoed`, as serving refuses them.
+
+    `lookups` (one id per row, -1 for a lone pair) marks rows that are the candidates of one lookup in a
+    populated scope (`semantic/scope_lookups.py`): the cache serves the candidate the rule scores highest,
+    so of each lookup only that row competes for a threshold (a lookup is one hit or none, right or wrong
+    by what it serves); every row teaches the combiner.
+
+    The combiner is a logistic regression of the label on (cosine, verifier logit): it fits the whole range
+    of scores, not the few highest where a strict target's threshold falls. With `combiner_target`, a few
+    fixed weightings (`_COMBINER_GRID`) compete with it, and the one whose fitted point for that target
+    serves the most right hits on these pairs is kept (one ratio chosen on thousands of pairs).
     """
     decided = near_duplicates if near_duplicates is not None else np.zeros(len(labels), dtype=bool)
+    groups = lookups if lookups is not None else np.full(len(labels), -1)
     eligible = (similarities >= low_cosine) & ~vetoed
     verified = eligible & ~decided
-    combiner = _fit_logistic(similarities[verified], probabilities[verified], labels[verified])
     logits = _logit_array(probabilities[verified])
     logit_range = (
         (math.floor(float(logits.min()) * 1e5) / 1e5, math.ceil(float(logits.max()) * 1e5) / 1e5)
         if len(logits)
         else _WIDEST_LOGIT_RANGE
     )
-    probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner, logit_range)
-    combined = np.array(
-        [
+    lone = groups < 0
+    positives = max(int(labels[lone].sum()) + len(np.unique(groups[~lone & (labels == 1)])), 1)
+
+    def points_for(combiner: tuple[float, float, float]) -> list[CalibrationPoint]:
+        probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner, logit_range)
+        scores = np.full(len(labels), -np.inf)
+        scores[eligible] = [
             _DECIDED_SCORE if near else probe.combine(float(cosine), float(probability))
             for cosine, probability, near in zip(
                 similarities[eligible], probabilities[eligible], decided[eligible], strict=True
             )
         ]
-    )
-    order = np.argsort(-combined, kind="stable")
-    ranked_probabilities = combined[order]
-    ranked_labels = labels[eligible][order]
-    hits = np.arange(1, len(ranked_labels) + 1)
-    false_hit_rates = np.cumsum(ranked_labels == 0) / hits
-    positives = max(int(labels.sum()), 1)
-    points = []
-    for target in sorted(targets):
-        within = np.flatnonzero((false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
-        if len(within) == 0:
-            continue
-        count = int(within[-1]) + 1
-        points.append(
-            CalibrationPoint(
-                target=float(target),
-                threshold=min(float(ranked_probabilities[count - 1]), 1.0),
-                false_hit_rate=round(float(false_hit_rates[count - 1]), 5),
-                recall=round(float(ranked_labels[:count].sum()) / positives, 5),
-                hits=count,
+        competing = eligible & _best_of_each_lookup(scores, groups)
+        combined = scores[competing]
+        order = np.argsort(-combined, kind="stable")
+        ranked_scores = combined[order]
+        ranked_labels = labels[competing][order]
+        hits = np.arange(1, len(ranked_labels) + 1)
+        false_hit_rates = np.cumsum(ranked_labels == 0) / hits
+        points = []
+        for target in sorted(targets):
+            within = np.flatnonzero((false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
+            if len(within) == 0:
+                continue
+            count = int(within[-1]) + 1
+            points.append(
+                CalibrationPoint(
+                    target=float(target),
+                    threshold=min(float(ranked_scores[count - 1]), 1.0),
+                    false_hit_rate=round(float(false_hit_rates[count - 1]), 5),
+                    recall=round(float(ranked_labels[:count].sum()) / positives, 5),
+                    hits=count,
+                )
             )
-        )
+        return points
+
+    fitted = _fit_logistic(similarities[verified], probabilities[verified], labels[verified])
+    candidates = [fitted] if combiner_target is None else [fitted, *_COMBINER_GRID]
+    best = max(
+        ((combiner, points_for(combiner)) for combiner in candidates),
+        key=lambda found: _recall_at(found[1], combiner_target),
+    )
+    combiner, points = best
     if not points:
         raise ValueError("no target could be met on these pairs: too few, or too few positives")
     return Calibration(
         low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner, logit_range, languages
     )
+
+
+# Combiners tried beside the logistic fit when one is chosen for a target (`fit_calibration`): the verifier
+# logit's weight 1 and the cosine's from 0 (the verifier alone) to 32 (the cosine decides). Only the ratio
+# orders pairs; the bias keeps the combined score of a typical pair near the middle of (0, 1).
+_COMBINER_GRID = tuple((weight, 1.0, -0.75 * weight) for weight in (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
+
+
+def _recall_at(points: Sequence[CalibrationPoint], target: float | None) -> float:
+    """The recall of the point fitted for `target` (0 when that target could not be met)."""
+    return next((point.recall for point in points if point.target == target), 0.0)
+
+
+def _best_of_each_lookup(
+    scores: npt.NDArray[np.float64], groups: npt.NDArray[np.int_]
+) -> npt.NDArray[np.bool_]:
+    """True for lone rows (group -1) and, per lookup, for its highest-scoring row (the nearest on a tie)."""
+    keep = groups < 0
+    best: dict[int, int] = {}
+    for row in (int(index) for index in np.flatnonzero(~keep)):
+        group = int(groups[row])
+        if group not in best or scores[row] > scores[best[group]]:
+            best[group] = row
+    keep[list(best.values())] = True
+    return keep
 
 
 def measured_languages(pairs: Sequence[tuple[str, str, int]]) -> tuple[str, ...]:

@@ -147,8 +147,20 @@ class Guard:
 
 
 def numbers_differ(query: str, candidate: str) -> bool:
-    """The texts mention different numbers or arithmetic ("2+2" vs "2+3", "iPhone 6" vs "iPhone 7")."""
-    return _numbers(query) != _numbers(candidate)
+    """The texts mention different numbers or arithmetic ("2+2" vs "2+3", "iPhone 6" vs "iPhone 7").
+
+    The word "one" alone on one side is not a number the other lacks: it is most often "a" or the pronoun
+    ("one Pro seat" / "a Pro license", "how would one revert"); "one" against "two" still differs.
+    """
+    first, second = _numbers(query), _numbers(candidate)
+    if first == second:
+        return False
+    return not (first ^ second == {"1"} and _one_only_as_word(query if "1" in first else candidate))
+
+
+def _one_only_as_word(text: str) -> bool:
+    """ "1" comes from the word "one" only (not from a digit or an expression)."""
+    return "one" in _words(text) and "1" not in {match.replace(",", "") for match in _NUMBER.findall(text)}
 
 
 def negation_differs(query: str, candidate: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from semantic.cache import CacheControl, LookupKind, SemanticCache
+from semantic.cache import CacheConfig, CacheControl, LookupKind, SemanticCache
 from semantic.embedding.embedder import SentenceEmbedder
 from semantic.rule.verdict import Verdict
 from semantic.store.entries import RedisEntryStore
@@ -275,3 +275,95 @@ def test_a_request_dict_goes_straight_in() -> None:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_the_best_accepted_of_the_nearest_candidates_is_served(
+    embedder: SentenceEmbedder, store: RedisEntryStore
+) -> None:
+    """The nearest stored prompt is often another question; the rule judges the `judged` nearest and the
+    accepted one it scores highest is served, not the first accepted or the nearest."""
+    scores = {QUESTION: 0.2, "How can I reset my password on the website?": 0.7, PARAPHRASE: 0.9}
+    rule = ScoringRule(scores, accept_at=0.5)
+    cache = SemanticCache(store, embedder, rule)
+    await cache.start()
+    try:
+        for text in scores:
+            await stored(cache, make_scope(text), response=text)
+        found = await cache.lookup(make_scope("How do I reset my password please?"))
+        assert found.kind is LookupKind.SEMANTIC_HIT
+        assert found.entry is not None and found.entry.response == PARAPHRASE
+        assert sorted(rule.judged) == sorted(scores)  # all three candidates were judged, in one batch
+        assert rule.batches == [3]
+        rule.accept_at = 0.95  # nothing accepted: the nearest's refusal is reported
+        missed = await cache.lookup(make_scope("How do I reset my password please?"))
+        assert missed.kind is LookupKind.MISS and missed.reason == "scored below"
+    finally:
+        await cache.stop()
+
+
+async def test_judged_one_judges_only_the_nearest(embedder: SentenceEmbedder, store: RedisEntryStore) -> None:
+    scores = {QUESTION: 0.2, PARAPHRASE: 0.9}
+    rule = ScoringRule(scores, accept_at=0.5)
+    cache = SemanticCache(store, embedder, rule, CacheConfig(judged=1))
+    await cache.start()
+    try:
+        for text in scores:
+            await stored(cache, make_scope(text), response=text)
+        found = await cache.lookup(make_scope("How do I reset my password?!"))
+        assert found.kind is LookupKind.MISS and len(rule.judged) == 1
+    finally:
+        await cache.stop()
+    with pytest.raises(ValueError, match="judged"):
+        CacheConfig(candidates=2, judged=3)
+
+
+class ScoringRule:
+    """Scores each candidate by a table (by its text); accepts at or above `accept_at`."""
+
+    name = "scoring"
+
+    def __init__(self, scores: dict[str, float], accept_at: float) -> None:
+        self.scores = scores
+        self.accept_at = accept_at
+        self.judged: list[str] = []
+        self.batches: list[int] = []
+
+    def language_refusal(self, text: str) -> str | None:
+        return None
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        return self.judge_many([(query, candidate)], [similarity], strictness)[0]
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        self.batches.append(len(pairs))
+        self.judged.extend(candidate for _, candidate in pairs)
+        verdicts = []
+        for _, candidate in pairs:
+            score = self.scores.get(candidate, 0.0)
+            hit = score >= self.accept_at
+            verdicts.append(Verdict(hit, score, "scored above" if hit else "scored below"))
+        return verdicts
+
+    def quick_verdict(
+        self, query: str, candidate: str, similarity: float, strictness: float = 0.0
+    ) -> Verdict | None:
+        return None
+
+
+async def test_a_near_duplicate_candidate_is_served_without_verifying_the_others(
+    embedder: SentenceEmbedder, store: RedisEntryStore
+) -> None:
+    rule = CountingRule()  # the same text is settled quickly (score 1); everything else goes to the model
+    cache = SemanticCache(store, embedder, rule)
+    await cache.start()
+    try:
+        for text in (QUESTION, "How can I reset my password on the website?", "How do I reset my PIN?"):
+            await stored(cache, make_scope(text), response=text)
+        found = await cache.lookup(make_scope("how do I reset my password"))
+        assert found.kind is LookupKind.SEMANTIC_HIT and found.reason == "same text"
+        assert found.entry is not None and found.entry.response == QUESTION
+        assert rule.batches == []  # the other candidates never reached the model
+    finally:
+        await cache.stop()

@@ -204,6 +204,52 @@ def test_near_duplicates_count_as_hits_at_every_fitted_target() -> None:
     assert point.threshold == 1.0
 
 
+def test_of_a_lookups_candidates_only_the_best_scored_competes() -> None:
+    # 60 lookups of 3 candidates: the right one scores 0.9, a wrong one 0.95 (served instead), one 0.1.
+    # As pairs, 60 of 120 hits above 0.5 are right; as lookups, every lookup serves a wrong answer, so no
+    # target can be met from the lookups alone, and adding 200 right lone pairs scored 0.99 sets the
+    # threshold above the wrong candidates' 0.95.
+    lookups = np.repeat(np.arange(60), 3)
+    labels = np.tile([1, 0, 0], 60)
+    probabilities = np.tile([0.9, 0.95, 0.1], 60) + np.random.default_rng(2).uniform(-0.01, 0.01, 180)
+    lone = 200
+    calibration = fit_calibration(
+        np.full(180 + lone, 0.9),
+        np.concatenate([probabilities, np.full(lone, 0.99) + np.random.default_rng(3).uniform(-0.001, 0.001, lone)]),
+        np.zeros(180 + lone, dtype=bool),
+        np.concatenate([labels, np.ones(lone, dtype=int)]),
+        low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.01, 0.2),
+        lookups=np.concatenate([lookups, np.full(lone, -1)]),
+    )  # fmt: skip
+    first, second = calibration.points
+    # As lone pairs the right candidates (0.9) would be hits at 20%: 60 wrong of 320. As lookups they never
+    # compete (each lookup serves its 0.95 wrong candidate), so at most 50 wrong lookups join the 200.
+    assert second.hits <= lone + 50 and second.recall == round(lone / (lone + 60), 5)
+    # The 200 right pairs, and at most 2 wrong lookups (2 of 202 is within 1%).
+    assert lone <= first.hits <= lone + 2 and first.false_hit_rate <= 0.01
+    assert calibration.combine(0.9, 0.94) < first.threshold <= calibration.combine(0.9, 0.99)
+    assert first.recall == round(lone / (lone + 60), 5)  # each lookup with a right candidate counts once
+
+
+def test_a_combiner_chosen_for_the_target_serves_more_right_hits_there() -> None:
+    # The cosine separates the bulk (so a logistic fit leans on it), but only the verifier is sure of the
+    # 600 pairs it scores highest: at a 1% target the verifier alone serves them all.
+    generator = np.random.default_rng(11)
+    labels = generator.integers(0, 2, 4000)
+    similarities = np.clip(0.75 + 0.05 * (labels * 2 - 1) + generator.normal(0, 0.1, len(labels)), 0.5, 1.0)
+    logits = generator.normal(0, 1.5, len(labels)) + (labels * 2 - 1) * 0.3
+    sure = np.flatnonzero(labels == 1)[:600]
+    logits[sure] = 6.0 + generator.uniform(0, 1, len(sure))
+    probabilities = 1 / (1 + np.exp(-logits))
+    options = dict(low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.01,))
+    vetoed = np.zeros(len(labels), dtype=bool)
+    plain = fit_calibration(similarities, probabilities, vetoed, labels, **options)
+    chosen = fit_calibration(similarities, probabilities, vetoed, labels, combiner_target=0.01, **options)
+    assert chosen.points[0].false_hit_rate <= 0.01
+    assert chosen.points[0].recall > plain.points[0].recall + 0.05, (plain.points, chosen.points)
+    assert chosen.combiner != plain.combiner
+
+
 def combined_calibration(logit_range: tuple[float, float]) -> Calibration:
     """A fitted-looking combiner (cosine weighs most) whose logits were seen within `logit_range`."""
     points = (CalibrationPoint(0.02, 0.9, 0.02, 0.3, 100),)
