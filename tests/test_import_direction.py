@@ -31,7 +31,12 @@ ROOMS: dict[str, list[set[str]]] = {
         {"gateway.api"},  # OpenAI's objects, errors, ids: what every room speaks
     ],
     "semantic": [
-        {"semantic.cache", "semantic.evaluation", "semantic.pair_sets", "semantic.scope_lookups"},  # the cache's flow, its measurement
+        {
+            "semantic.cache",
+            "semantic.evaluation",
+            "semantic.pair_sets",
+            "semantic.scope_lookups",
+        },  # the cache's flow, its measurement
         {"semantic.rule", "semantic.index"},
         {"semantic.store", "semantic.embedding"},
     ],
