@@ -85,8 +85,11 @@ class ModelRunner:
 
     @property
     def decode_kernel(self) -> str:
-        """Which code runs decode steps: `native (<instruction set>)` or `torch`."""
-        return "torch" if self.native is None else f"native ({self.native.isa})"
+        """Which code runs decode steps: `native (<instruction set>, <dot form>, <what each build measured>)` or
+        `torch`."""
+        if self.native is None:
+            return "torch"
+        return f"native ({self.native.form.describe()})"
 
     def _torch_step(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
         metadata = build_paging_metadata(chunks, self.block_size, self.device)

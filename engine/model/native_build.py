@@ -35,45 +35,60 @@ _ISA_FLAGS: dict[str, tuple[set[str], list[str]]] = {
 }
 _COMPILE_SECONDS = 120
 
+DOT_FORMS: dict[str, list[str]] = {"byte_pairs": [], "i16": ["-DKVGATE_I16_DOTS"]}
+"""The integer dot product's forms (decode_step.c's header): the same sums, other instructions. Which one
+is faster on a CPU is measured (engine/model/native_forms.py)."""
+DEFAULT_FORM = "byte_pairs"
+
 
 def cpu_isa(cpuinfo: str | None = None) -> str | None:
-    """The best instruction set this file is built for that the CPU has, or None."""
+    """The widest instruction set this file is built for that the CPU has, or None."""
+    isas = cpu_isas(cpuinfo)
+    return isas[0] if isas else None
+
+
+def cpu_isas(cpuinfo: str | None = None) -> list[str]:
+    """Every instruction set this file is built for that the CPU runs, widest first (a VNNI part runs the
+    AVX2 build too, and which is faster on it is measured: engine/model/native_forms.py)."""
     if cpuinfo is None:
         if platform.machine().lower() not in ("x86_64", "amd64"):
-            return None
+            return []
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return None
+            return []
     flags: set[str] = set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
             break
-    for isa, (needed, _) in _ISA_FLAGS.items():
-        if needed <= flags:
-            return isa
-    return None
+    return [isa for isa, (needed, _) in _ISA_FLAGS.items() if needed <= flags]
 
 
-def load_decode_library(isa: str | None = None, cache_dir: Path | None = None) -> ctypes.CDLL | None:
-    """The compiled decode step for `isa` (this CPU's by default), building it if needed; None where it
-    cannot be built (no suitable CPU, no compiler, or the compiler failed: logged)."""
+def load_decode_library(
+    isa: str | None = None, cache_dir: Path | None = None, form: str = DEFAULT_FORM
+) -> ctypes.CDLL | None:
+    """The compiled decode step for `isa` (this CPU's by default) in dot-product `form`, building it if
+    needed; None where it cannot be built (no suitable CPU, no compiler, or the compiler failed: logged)."""
     isa = isa or cpu_isa()
     if isa is None:
         logger.info("fused decode step: this CPU has neither AVX-512 VNNI nor AVX2; using torch's")
         return None
-    flags = ["-O3", "-shared", "-fPIC", "-std=c11", "-pthread", *_ISA_FLAGS[isa][1]]
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:12]
-    target = (cache_dir or _cache_dir()) / f"decode_step-{isa}-{digest}.so"
+    flags = ["-O3", "-shared", "-fPIC", "-std=c11", "-pthread", *_ISA_FLAGS[isa][1], *DOT_FORMS[form]]
+    digest = source_digest(flags)
+    target = (cache_dir or build_dir()) / f"decode_step-{isa}-{form}-{digest}.so"
     if not target.exists():
         if not _compile(flags, target):
             return None
-        _remove_older_builds(target, isa)
+        _remove_older_builds(target, isa, form)
     library = ctypes.CDLL(str(target))
     library.kvgate_decode_step.restype = ctypes.c_int
     return library
+
+
+def source_digest(extra: list[str] | None = None) -> str:
+    """A short hash of decode_step.c and `extra` (the flags): another source or build gets another name."""
+    return hashlib.sha256(SOURCE.read_bytes() + " ".join(extra or []).encode()).hexdigest()[:12]
 
 
 def _compile(flags: list[str], target: Path) -> bool:
@@ -107,18 +122,21 @@ def _compile(flags: list[str], target: Path) -> bool:
         partial_path.unlink(missing_ok=True)
 
 
-def _remove_older_builds(target: Path, isa: str) -> None:
-    """Delete this instruction set's builds of other source versions (a few hundred KB each, one per upgrade).
+def _remove_older_builds(target: Path, isa: str, form: str) -> None:
+    """Delete this build's (instruction set and form) other source versions, and builds named before forms
+    existed (tens of KB each, one per upgrade).
 
     A process still running an old build keeps its mapping (Linux frees the file when the last user exits);
-    builds for other instruction sets stay, for a cache shared by different machines.
+    builds for other instruction sets or forms stay, for a cache shared by different machines.
     """
-    for old in target.parent.glob(f"decode_step-{isa}-*.so"):
+    unformed = f"decode_step-{isa}-" + "?" * 12 + ".so"
+    for old in [*target.parent.glob(f"decode_step-{isa}-{form}-*.so"), *target.parent.glob(unformed)]:
         if old != target:
             old.unlink(missing_ok=True)
 
 
-def _cache_dir() -> Path:
+def build_dir() -> Path:
+    """Where builds (and the measured choice of form) are kept: the user cache, else the temp folder."""
     preferred = Path(platformdirs.user_cache_dir("kvgate")) / "native"
     try:
         preferred.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,8 @@ import torch
 
 from engine.model.attention import KVCache
 from engine.model.llama import LlamaModel, rope_cos_sin
-from engine.model.native_build import cpu_isa, load_decode_library
+from engine.model.native_build import DEFAULT_FORM
+from engine.model.native_forms import FormChoice, choose_form
 from engine.model.paging import PagingMetadata
 from engine.model.quantized import GROUP_SIZE, Int4Linear, Int8GroupLinear, Int8Linear
 
@@ -79,14 +80,19 @@ class _Model(ctypes.Structure):
 class NativeDecoder:
     """Runs pure-decode steps of one int4 `LlamaModel` over one `KVCache` in native code."""
 
-    def __init__(self, library: ctypes.CDLL, isa: str, model: LlamaModel, kv_cache: KVCache) -> None:
+    def __init__(
+        self,
+        library: ctypes.CDLL,
+        isa: str,
+        model: LlamaModel,
+        kv_cache: KVCache,
+        form: FormChoice | str = DEFAULT_FORM,
+    ) -> None:
         self.isa = isa
+        self.form = form if isinstance(form, FormChoice) else FormChoice(isa, form)
         self._library = library
         self._model = model
         self._keep: list[torch.Tensor] = []  # every tensor the C struct points into stays alive with it
-        self._cores = (
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        )
         config = model.config
         layers = (_Layer * config.num_layers)()
         for i, layer in enumerate(model.layers):
@@ -124,15 +130,24 @@ class NativeDecoder:
         if kernel == "torch":
             return None
         reason = unsupported(model, kv_cache)
-        isa = cpu_isa()
-        library = None if reason or isa is None else load_decode_library(isa)
-        if library is None or isa is None:
+        chosen = None
+        if reason is None:
+            # Each build of the step (instruction set, dot form) measured on this CPU the first time
+            # (engine.model.native_forms).
+            chosen = choose_form(
+                model,
+                kv_cache.block_size,
+                _threads(),
+                lambda library, build, cache: cls(library, build.isa, model, cache, build),
+            )
+        if chosen is None:
             if kernel == "native":
                 raise RuntimeError(
-                    f"the native decode step cannot run here: {reason or 'it could not be built'}"
+                    f"the native decode step cannot run here: {reason or 'this CPU has no AVX2, or it could not be built'}"
                 )
             return None
-        return cls(library, isa, model, kv_cache)
+        library, build = chosen
+        return cls(library, build.isa, model, kv_cache, build)
 
     @torch.inference_mode()
     def decode(self, input_ids: torch.Tensor, metadata: PagingMetadata) -> torch.Tensor:
@@ -156,9 +171,7 @@ class NativeDecoder:
             ctypes.c_int64(block_tables.shape[1]),
             ctypes.c_void_p(context_lens.data_ptr()),
             ctypes.c_void_p(logits.data_ptr()),
-            # The engine's thread setting (`KVGATE_TORCH_THREADS`), never more than the cores it may use:
-            # a participant waiting for a core stalls every product of the step.
-            ctypes.c_int(min(torch.get_num_threads(), self._cores)),
+            ctypes.c_int(_threads()),
         )
         if status != 0:
             raise MemoryError("the native decode step could not allocate its scratch memory")
@@ -183,6 +196,13 @@ class NativeDecoder:
             groups = head.in_features // GROUP_SIZE
             scales = head.scales[:, None].expand(-1, groups).contiguous()  # one per row, repeated per group
         return _Q8(self._pointer(head.codes), self._pointer(scales), head.out_features, head.in_features)
+
+
+def _threads() -> int:
+    """The engine's thread setting (`KVGATE_TORCH_THREADS`, torch's intra-op threads), never more than the
+    cores this process may use: a participant waiting for a core stalls every product of the step."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(torch.get_num_threads(), cores)
 
 
 def unsupported(model: LlamaModel, kv_cache: KVCache) -> str | None:

@@ -1,7 +1,8 @@
 """The native decode step (engine/model/native_decode.py, engine/model/native/decode_step.c): against transformers on the
 weights it multiplies by, against itself batched differently, and where it must not run.
 
-Both builds run here where the CPU allows: the AVX2 one runs on any AVX2 CPU, AVX-512 ones included."""
+Both builds run here where the CPU allows (the AVX2 one runs on any AVX2 CPU, AVX-512 ones included), each in
+both forms of its dot product (byte pairs and 16-bit)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaForCausalLM
 
 from engine.model.config import ModelConfig
-from engine.model.native_build import cpu_isa, load_decode_library
+from engine.model.llama import LlamaModel
+from engine.model.native_build import DOT_FORMS, cpu_isa, load_decode_library
 from engine.model.native_decode import NativeDecoder, unsupported
 from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 from engine.runner import ModelRunner
@@ -22,8 +25,13 @@ from engine.weights.choice import WeightsChoice
 from engine.weights.formats import build_model, dequantized_hf_state
 from tests.engine.llama_testing import make_hf_llama
 
+Int4Pair = tuple[
+    LlamaModel, LlamaForCausalLM
+]  # (our int4 model, transformers on the weights it multiplies by)
+
 QUANTISABLE_LLAMA = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
 BUILDS = [isa for isa in ("avx2", "avx512_vnni") if cpu_isa() in (isa, "avx512_vnni")]
+KERNELS = [(isa, form) for isa in BUILDS for form in DOT_FORMS]
 
 pytestmark = pytest.mark.skipif(
     not BUILDS or load_decode_library() is None, reason="this CPU has no AVX2, or there is no C compiler"
@@ -31,7 +39,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def int4_pair():  # type: ignore[no-untyped-def]
+def int4_pair() -> Int4Pair:
     """(our int4 model, transformers on the float32 weights it multiplies by)."""
     hf = make_hf_llama(seed=11, num_hidden_layers=3, tie_word_embeddings=True, **QUANTISABLE_LLAMA)
     model = build_model(ModelConfig.from_hf(hf.config), hf.state_dict(), "int4", keep_reference=True)
@@ -45,10 +53,10 @@ def tokens(length: int, seed: int) -> list[int]:
     return torch.randint(0, 97, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def decoder(model, runner: ModelRunner, isa: str) -> NativeDecoder:  # type: ignore[no-untyped-def]
-    library = load_decode_library(isa)
+def decoder(model: LlamaModel, runner: ModelRunner, isa: str, form: str) -> NativeDecoder:
+    library = load_decode_library(isa, form=form)
     assert library is not None
-    return NativeDecoder(library, isa, model, runner.kv_cache)
+    return NativeDecoder(library, isa, model, runner.kv_cache, form)
 
 
 def decode(native: NativeDecoder, chunks: list[SequenceChunk], block_size: int) -> torch.Tensor:
@@ -57,8 +65,10 @@ def decode(native: NativeDecoder, chunks: list[SequenceChunk], block_size: int) 
     return native.decode(ids, metadata)
 
 
-@pytest.mark.parametrize("isa", BUILDS)
-def test_decode_logits_follow_transformers_closer_than_torchs_bfloat16_path(int4_pair, isa: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("isa", "form"), KERNELS)
+def test_decode_logits_follow_transformers_closer_than_torchs_bfloat16_path(
+    int4_pair: Int4Pair, isa: str, form: str
+) -> None:
     model, reference = int4_pair
     sequence = tokens(30, seed=3)
     prompt_len, block_size, table = 9, 4, [5, 2, 7, 0, 3, 6, 1, 4]  # blocks out of order
@@ -67,7 +77,7 @@ def test_decode_logits_follow_transformers_closer_than_torchs_bfloat16_path(int4
     errors = {}
     for path in ("native", "torch"):
         runner = ModelRunner(model, num_blocks=8, block_size=block_size, decode_kernel="torch")
-        native = decoder(model, runner, isa)
+        native = decoder(model, runner, isa, form)
         runner.execute([SequenceChunk(sequence[:prompt_len], 0, table, LogitsFor.NONE)])
         worst = 0.0
         for position in range(prompt_len, len(sequence)):
@@ -83,8 +93,8 @@ def test_decode_logits_follow_transformers_closer_than_torchs_bfloat16_path(int4
     assert errors["native"] < errors["torch"], errors
 
 
-@pytest.mark.parametrize("isa", BUILDS)
-def test_a_row_decodes_the_same_alone_or_batched(int4_pair, isa: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("isa", "form"), KERNELS)
+def test_a_row_decodes_the_same_alone_or_batched(int4_pair: Int4Pair, isa: str, form: str) -> None:
     model, _ = int4_pair
     block_size = 3
     prompts = [tokens(13, seed=4), tokens(5, seed=5), tokens(21, seed=6)]
@@ -92,7 +102,7 @@ def test_a_row_decodes_the_same_alone_or_batched(int4_pair, isa: str) -> None:  
     results = {}
     for batched in (True, False):
         runner = ModelRunner(model, num_blocks=16, block_size=block_size, decode_kernel="torch")
-        native = decoder(model, runner, isa)
+        native = decoder(model, runner, isa, form)
         for prompt, table in zip(prompts, tables, strict=True):
             runner.execute([SequenceChunk(prompt[:-1], 0, table, LogitsFor.NONE)])
         chunks = [
@@ -109,8 +119,8 @@ def test_a_row_decodes_the_same_alone_or_batched(int4_pair, isa: str) -> None:  
         assert torch.equal(together, alone)
 
 
-@pytest.mark.parametrize("isa", BUILDS)
-def test_two_threads_decode_the_same_bits_as_one(int4_pair, isa: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("isa", "form"), KERNELS)
+def test_two_threads_decode_the_same_bits_as_one(int4_pair: Int4Pair, isa: str, form: str) -> None:
     model, _ = int4_pair
     prompts, tables = [tokens(11, seed=12), tokens(6, seed=13)], [[0, 1, 2], [3, 4]]
     results = []
@@ -119,7 +129,7 @@ def test_two_threads_decode_the_same_bits_as_one(int4_pair, isa: str) -> None:  
         for threads in (1, 2):
             torch.set_num_threads(threads)
             runner = ModelRunner(model, num_blocks=8, block_size=4, decode_kernel="torch")
-            native = decoder(model, runner, isa)
+            native = decoder(model, runner, isa, form)
             for prompt, table in zip(prompts, tables, strict=True):
                 runner.execute([SequenceChunk(prompt[:-1], 0, table, LogitsFor.NONE)])
             chunks = [SequenceChunk([p[-1]], len(p) - 1, t) for p, t in zip(prompts, tables, strict=True)]
@@ -129,7 +139,7 @@ def test_two_threads_decode_the_same_bits_as_one(int4_pair, isa: str) -> None:  
     assert torch.equal(results[0], results[1])
 
 
-def test_a_forked_child_decodes_with_threads_of_its_own(int4_pair) -> None:  # type: ignore[no-untyped-def]
+def test_a_forked_child_decodes_with_threads_of_its_own(int4_pair: Int4Pair) -> None:
     model, _ = int4_pair
     prompt, table = tokens(9, seed=14), [0, 1, 2]
     threads_before = torch.get_num_threads()
@@ -153,7 +163,7 @@ def test_a_forked_child_decodes_with_threads_of_its_own(int4_pair) -> None:  # t
         torch.set_num_threads(threads_before)
 
 
-def test_the_runner_sends_decode_rows_native_and_keeps_chunk_order(int4_pair) -> None:  # type: ignore[no-untyped-def]
+def test_the_runner_sends_decode_rows_native_and_keeps_chunk_order(int4_pair: Int4Pair) -> None:
     model, _ = int4_pair
     block_size = 4
     first, second = tokens(10, seed=7), tokens(6, seed=8)
@@ -205,13 +215,17 @@ def test_health_reports_which_code_decodes() -> None:
     assert WeightsChoice.from_description(choice.describe()).decode == "native (avx512_vnni)"
 
 
-def test_a_new_build_removes_older_builds_of_its_instruction_set(tmp_path: Path) -> None:
+def test_a_new_build_removes_older_builds_of_its_instruction_set_and_form(tmp_path: Path) -> None:
     isa = cpu_isa()
     assert isa is not None
-    older, other_isa = tmp_path / f"decode_step-{isa}-0123456789ab.so", tmp_path / "decode_step-other-0.so"
-    older.write_bytes(b"an older source version's build")
-    other_isa.write_bytes(b"another machine's build")
-    assert load_decode_library(isa, cache_dir=tmp_path) is not None
-    builds = sorted(path.name for path in tmp_path.glob(f"decode_step-{isa}-*.so"))
+    older = tmp_path / f"decode_step-{isa}-byte_pairs-0123456789ab.so"
+    unformed = tmp_path / f"decode_step-{isa}-0123456789ab.so"  # named before forms existed
+    other_form = tmp_path / f"decode_step-{isa}-i16-0123456789ab.so"
+    other_isa = tmp_path / "decode_step-other-0.so"
+    for path in (older, unformed, other_form, other_isa):
+        path.write_bytes(b"another build")
+    assert load_decode_library(isa, cache_dir=tmp_path, form="byte_pairs") is not None
+    builds = sorted(path.name for path in tmp_path.glob(f"decode_step-{isa}-byte_pairs-*.so"))
     assert len(builds) == 1 and older.name not in builds
-    assert other_isa.exists()
+    assert not unformed.exists()
+    assert other_form.exists() and other_isa.exists()

@@ -14,7 +14,15 @@
    kernel reads them in: the weights stream through memory strictly forward.
    The head is int8 codes with one bfloat16 scale per group of 32 (GGUF's Q8_0).
 
-   Norms, RoPE, attention, SiLU, the residual stream and the KV cache are float32. */
+   Norms, RoPE, attention, SiLU, the residual stream and the KV cache are float32.
+
+   Two forms of the integer dot product, one per build (`-DKVGATE_I16_DOTS` or not), chosen per CPU by
+   measuring both at first start (engine/model/native_forms.py); both sum the same integers exactly:
+   - byte pairs: the weights' codes as unsigned bytes against the two int8 activation codes, two products
+     per group (VNNI `vpdpbusd`, else AVX2 `vpmaddubsw` + `vpmaddwd`), the high one shifted by 8;
+   - 16-bit: the codes widened to int16 once per output feature, against the activation as one int16
+     (256 q + r), one product per group (VNNI `vpdpwssd`, else AVX2 `vpmaddwd`): fewer instructions per row,
+     one more widening per feature. Which is faster depends on the CPU's ports, so it is measured. */
 
 #include <immintrin.h>
 #include <pthread.h>
@@ -62,6 +70,7 @@ typedef struct {
 typedef struct {
     int8_t *q;     /* (rows, k) */
     int8_t *r;     /* (rows, k) */
+    int16_t *w;    /* (rows, k): 256 q + r, the 16-bit form's operand */
     float *d;      /* (rows, k / 32) */
     float *dsum;   /* (rows, k / 32): d * sum(256 q + r) of the group */
 } quantized_rows;
@@ -78,6 +87,15 @@ static inline float hsum(__m256 v) {
     sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
     sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
     return _mm_cvtss_f32(sum);
+}
+
+/* 16 int16 products summed in pairs and added to acc (exact: every operand pair here fits in int32). */
+static inline __m256i dot_i16_add(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
 }
 
 /* sum over 4-byte lanes of unsigned a * signed b, as 8 int32 */
@@ -122,7 +140,10 @@ static void quantize_rows(const float *x, int64_t rows, int64_t k, quantized_row
             const float *src = x + row * k + g * GROUP;
             int8_t *q = out.q + row * k + g * GROUP, *r = out.r + row * k + g * GROUP;
             float amax = 0.0f;
-            for (int i = 0; i < GROUP; i++) amax = fmaxf(amax, fabsf(src[i]));
+            for (int i = 0; i < GROUP; i++) {
+                const float magnitude = fabsf(src[i]);
+                amax = magnitude > amax ? magnitude : amax; /* not fmaxf: a call into libm here */
+            }
             const float coarse = amax / 127.0f, fine = coarse / 256.0f;
             const float inverse_coarse = amax > 0.0f ? 1.0f / coarse : 0.0f;
             const float inverse_fine = amax > 0.0f ? 1.0f / fine : 0.0f;
@@ -133,6 +154,7 @@ static void quantize_rows(const float *x, int64_t rows, int64_t k, quantized_row
                 low = low > 127 ? 127 : (low < -127 ? -127 : low);
                 q[i] = (int8_t)high;
                 r[i] = (int8_t)low;
+                out.w[row * k + g * GROUP + i] = (int16_t)(256 * high + low);
                 sum += 256 * high + low;
             }
             out.d[row * groups + g] = fine;
@@ -147,11 +169,69 @@ static void quantize_rows(const float *x, int64_t rows, int64_t k, quantized_row
 
 #define PREFETCH_BYTES 3072
 
+/* The dot product's form: how a group of 32 activations and a group of 32 weight codes are held in registers,
+   and their exact integer dot product as 8 int32 lanes (to be summed). */
+#ifdef KVGATE_I16_DOTS
+typedef struct { __m256i first, second; } activation_group; /* 256 q + r as int16 */
+typedef struct { __m256i first, second; } q4_group;         /* the codes as int16 */
+typedef q4_group q8_group;
+
+static inline activation_group load_activation(quantized_rows x, int64_t at) {
+    return (activation_group){_mm256_loadu_si256((const __m256i *)(x.w + at)),
+                              _mm256_loadu_si256((const __m256i *)(x.w + at + 16))};
+}
+
+/* byte j as int16: its low nibble is code j, its high nibble code j + 16 */
+static inline q4_group load_q4_group(const uint8_t *block) {
+    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)block));
+    return (q4_group){_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(bytes, 4)};
+}
+
+static inline q8_group load_q8_group(const int8_t *codes) {
+    return (q8_group){_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes)),
+                      _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(codes + 16)))};
+}
+
+static inline __m256i q4_dot(q4_group w, activation_group a) {
+    return dot_i16_add(_mm256_madd_epi16(w.first, a.first), w.second, a.second);
+}
+
+static inline __m256i q8_dot(q8_group w, activation_group a) { return q4_dot(w, a); }
+#else
+typedef struct { __m256i q, r; } activation_group;   /* the two int8 codes */
+typedef __m256i q4_group;                             /* the codes as unsigned bytes, in order */
+typedef struct { __m256i magnitude, sign; } q8_group; /* |c| as unsigned bytes, and c for its sign */
+
+static inline activation_group load_activation(quantized_rows x, int64_t at) {
+    return (activation_group){_mm256_loadu_si256((const __m256i *)(x.q + at)),
+                              _mm256_loadu_si256((const __m256i *)(x.r + at))};
+}
+
+static inline q4_group load_q4_group(const uint8_t *block) {
+    const __m128i packed = _mm_loadu_si128((const __m128i *)block), low_nibbles = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles), _mm_and_si128(packed, low_nibbles));
+}
+
+static inline q8_group load_q8_group(const int8_t *codes) {
+    const __m256i c = _mm256_loadu_si256((const __m256i *)codes);
+    return (q8_group){_mm256_sign_epi8(c, c), c};
+}
+
+static inline __m256i q4_dot(q4_group w, activation_group a) {
+    return _mm256_add_epi32(_mm256_slli_epi32(dot_u8_s8(w, a.q), 8), dot_u8_s8(w, a.r));
+}
+
+static inline __m256i q8_dot(q8_group w, activation_group a) {
+    const __m256i high = dot_u8_s8(w.magnitude, _mm256_sign_epi8(a.q, w.sign));
+    const __m256i low = dot_u8_s8(w.magnitude, _mm256_sign_epi8(a.r, w.sign));
+    return _mm256_add_epi32(_mm256_slli_epi32(high, 8), low);
+}
+#endif
+
 static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w, quantized_rows x, int64_t first,
                                                              const int rows, int64_t n, float *y) {
     const int outs = Q4_INTERLEAVE;
     const int64_t groups = w->k / GROUP;
-    const __m128i low_nibbles = _mm_set1_epi8(0x0F);
     __m256 acc[ROWS_PER_PASS][4];
     float zero_terms[ROWS_PER_PASS][4];
     for (int r = 0; r < rows; r++)
@@ -160,11 +240,10 @@ static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w,
             zero_terms[r][o] = 0.0f;
         }
     for (int64_t g = 0; g < groups; g++) {
-        __m256i q[ROWS_PER_PASS], rest[ROWS_PER_PASS];
+        activation_group a[ROWS_PER_PASS];
         float d[ROWS_PER_PASS], dsum[ROWS_PER_PASS];
         for (int r = 0; r < rows; r++) {
-            q[r] = _mm256_loadu_si256((const __m256i *)(x.q + (first + r) * w->k + g * GROUP));
-            rest[r] = _mm256_loadu_si256((const __m256i *)(x.r + (first + r) * w->k + g * GROUP));
+            a[r] = load_activation(x, (first + r) * w->k + g * GROUP);
             d[r] = x.d[(first + r) * groups + g];
             dsum[r] = x.dsum[(first + r) * groups + g];
         }
@@ -173,18 +252,15 @@ static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w,
         _mm_prefetch((const char *)interleaved + PREFETCH_BYTES + 64, _MM_HINT_T0);
         for (int o = 0; o < outs; o++) {
             const uint8_t *block = interleaved + o * Q4_BLOCK_BYTES;
-            const __m128i packed = _mm_loadu_si128((const __m128i *)block);
-            const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles),
-                                                   _mm_and_si128(packed, low_nibbles));
+            const q4_group codes = load_q4_group(block);
             uint32_t scale_zero;
             memcpy(&scale_zero, block + 16, sizeof scale_zero);
             const float scale = bf16_to_float((uint16_t)(scale_zero & 0xFFFF));
             const float zero = bf16_to_float((uint16_t)(scale_zero >> 16));
-            /* sum((c - 8) s + z) x = d (s sum(c q) + (z - 8 s) sum(q)) */
+            /* sum((c - 8) s + z) x = d (s sum(c (256 q + r)) + (z - 8 s) sum(256 q + r)) */
             const float offset = zero - 8.0f * scale;
             for (int r = 0; r < rows; r++) {
-                const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(
-                    _mm256_slli_epi32(dot_u8_s8(codes, q[r]), 8), dot_u8_s8(codes, rest[r])));
+                const __m256 dot = _mm256_cvtepi32_ps(q4_dot(codes, a[r]));
                 acc[r][o] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale * d[r]), acc[r][o]);
                 zero_terms[r][o] += offset * dsum[r];
             }
@@ -289,12 +365,27 @@ static void run_parallel(job_function function, const void *job, int count) {
     }
 }
 
-/* Participant `index` of `count`'s share [begin, end) of `total` output features, in whole units of `unit`
-   features (the last also takes what does not fill a unit): each streams its own part of the weights. */
-static void share(int index, int count, int64_t total, int64_t unit, int64_t *begin, int64_t *end) {
-    const int64_t units = total / unit;
-    *begin = units * index / count * unit;
-    *end = index == count - 1 ? total : units * (index + 1) / count * unit;
+/* A product's output features are claimed in chunks from a shared counter rather than split in fixed shares:
+   a participant that runs slower (a core taken by another thread of the process for a moment, the other
+   core's memory traffic) takes fewer chunks instead of holding every other participant at the barrier.
+   About CLAIMS_PER_PARTICIPANT chunks each, in whole units of `unit` features; one participant claims all at
+   once. Which participant computes a feature never changes its value: results are the same bits. With
+   more than ROWS_PER_PASS rows, each chunk's weights are read from memory once and from cache for the
+   later passes. */
+#define CLAIMS_PER_PARTICIPANT 8
+
+static int64_t claim_size(int64_t total, int64_t unit, int count) {
+    const int64_t claims = count <= 1 ? 1 : (int64_t)count * CLAIMS_PER_PARTICIPANT;
+    const int64_t units = (total / unit + claims - 1) / claims;
+    return (units < 1 ? 1 : units) * unit;
+}
+
+/* The next chunk [*begin, *end) of `total` features, or 0 when all are claimed. */
+static inline int claim(atomic_long *next, int64_t size, int64_t total, int64_t *begin, int64_t *end) {
+    *begin = atomic_fetch_add_explicit(next, 1, memory_order_relaxed) * size;
+    if (*begin >= total) return 0;
+    *end = *begin + size < total ? *begin + size : total;
+    return 1;
 }
 
 static inline __attribute__((always_inline)) void q4_pass(const q4_weight *w, quantized_rows x, int64_t first,
@@ -307,25 +398,29 @@ typedef struct {
     int64_t rows;
     quantized_rows x;
     float *y;
+    int64_t chunk;
+    atomic_long next;
 } q4_job;
 
 static void q4_share(const void *argument, int index, int count) {
-    const q4_job *job = argument;
+    q4_job *job = (q4_job *)argument;
+    (void)index, (void)count;
     int64_t begin, end;
-    share(index, count, job->w->n, Q4_INTERLEAVE, &begin, &end);
-    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
-        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
-            case 1: q4_pass(job->w, job->x, first, 1, begin, end, job->y); break;
-            case 2: q4_pass(job->w, job->x, first, 2, begin, end, job->y); break;
-            case 3: q4_pass(job->w, job->x, first, 3, begin, end, job->y); break;
-            default: q4_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+    while (claim(&job->next, job->chunk, job->w->n, &begin, &end)) {
+        for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+            switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+                case 1: q4_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+                case 2: q4_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+                case 3: q4_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+                default: q4_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+            }
         }
     }
 }
 
 /* y (rows, n) = x (rows, k) @ W^T (+ bias), x given as quantized rows. */
 static void matmul_q4(const q4_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
-    const q4_job job = {w, rows, x, y};
+    q4_job job = {w, rows, x, y, claim_size(w->n, Q4_INTERLEAVE, threads), 0};
     run_parallel(q4_share, &job, threads);
 }
 
@@ -336,22 +431,18 @@ static inline __attribute__((always_inline)) void q8_outputs(const q8_weight *w,
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < outs; o++) acc[r][o] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
-        __m256i q[ROWS_PER_PASS], rest[ROWS_PER_PASS];
+        activation_group a[ROWS_PER_PASS];
         float d[ROWS_PER_PASS];
         for (int r = 0; r < rows; r++) {
-            q[r] = _mm256_loadu_si256((const __m256i *)(x.q + (first + r) * w->k + g * GROUP));
-            rest[r] = _mm256_loadu_si256((const __m256i *)(x.r + (first + r) * w->k + g * GROUP));
+            a[r] = load_activation(x, (first + r) * w->k + g * GROUP);
             d[r] = x.d[(first + r) * groups + g];
         }
         _mm_prefetch((const char *)(w->codes + n * w->k + g * GROUP) + 4 * PREFETCH_BYTES, _MM_HINT_T0);
         for (int o = 0; o < outs; o++) {
-            const __m256i c = _mm256_loadu_si256((const __m256i *)(w->codes + (n + o) * w->k + g * GROUP));
-            const __m256i magnitude = _mm256_sign_epi8(c, c); /* |c| as unsigned bytes */
+            const q8_group codes = load_q8_group(w->codes + (n + o) * w->k + g * GROUP);
             const float scale = bf16_to_float(w->scales[(n + o) * groups + g]);
             for (int r = 0; r < rows; r++) {
-                const __m256i high = dot_u8_s8(magnitude, _mm256_sign_epi8(q[r], c));
-                const __m256i low = dot_u8_s8(magnitude, _mm256_sign_epi8(rest[r], c));
-                const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(high, 8), low));
+                const __m256 dot = _mm256_cvtepi32_ps(q8_dot(codes, a[r]));
                 acc[r][o] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale * d[r]), acc[r][o]);
             }
         }
@@ -373,25 +464,29 @@ typedef struct {
     int64_t rows;
     quantized_rows x;
     float *y;
+    int64_t chunk;
+    atomic_long next;
 } q8_job;
 
 static void q8_share(const void *argument, int index, int count) {
-    const q8_job *job = argument;
+    q8_job *job = (q8_job *)argument;
+    (void)index, (void)count;
     int64_t begin, end;
-    share(index, count, job->w->n, 4, &begin, &end);
-    for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
-        switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
-            case 1: q8_pass(job->w, job->x, first, 1, begin, end, job->y); break;
-            case 2: q8_pass(job->w, job->x, first, 2, begin, end, job->y); break;
-            case 3: q8_pass(job->w, job->x, first, 3, begin, end, job->y); break;
-            default: q8_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+    while (claim(&job->next, job->chunk, job->w->n, &begin, &end)) {
+        for (int64_t first = 0; first < job->rows; first += ROWS_PER_PASS) {
+            switch (job->rows - first < ROWS_PER_PASS ? job->rows - first : ROWS_PER_PASS) {
+                case 1: q8_pass(job->w, job->x, first, 1, begin, end, job->y); break;
+                case 2: q8_pass(job->w, job->x, first, 2, begin, end, job->y); break;
+                case 3: q8_pass(job->w, job->x, first, 3, begin, end, job->y); break;
+                default: q8_pass(job->w, job->x, first, 4, begin, end, job->y); break;
+            }
         }
     }
 }
 
 /* y (rows, n) = x (rows, k) @ W^T for the int8 head. */
 static void matmul_q8(const q8_weight *w, int64_t rows, quantized_rows x, float *y, int threads) {
-    const q8_job job = {w, rows, x, y};
+    q8_job job = {w, rows, x, y, claim_size(w->n, 4, threads), 0};
     run_parallel(q8_share, &job, threads);
 }
 
@@ -423,35 +518,57 @@ static void rotate(float *head, const float *cos, const float *signed_sin, int64
     }
 }
 
-/* Attention of one row's heads over its context of `length` tokens. */
-static void attend(const model_weights *m, const layer_weights *layer, const float *query,
-                   const int64_t *block_table, int64_t length, float *scores, float *out) {
+/* Attention of one head `h` of a row over its context of `length` tokens. */
+static void attend_head(const model_weights *m, const layer_weights *layer, const float *query,
+                        const int64_t *block_table, int64_t length, int64_t h, float *scores, float *out) {
     const int64_t dim = m->head_dim, kv_heads = m->kv_heads, per_kv = m->heads / m->kv_heads;
     const float scale = 1.0f / sqrtf((float)dim);
-    for (int64_t h = 0; h < m->heads; h++) {
-        const int64_t kv = h / per_kv;
-        const float *q = query + h * dim;
-        float best = -INFINITY;
-        for (int64_t t = 0; t < length; t++) {
-            const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
-            scores[t] = dot_f32(q, layer->key_cache + (slot * kv_heads + kv) * dim, dim) * scale;
-            best = fmaxf(best, scores[t]);
-        }
-        for (int64_t t = 0; t < length; t++) scores[t] -= best;
-        exp_in_place(scores, length);
-        float total = 0.0f;
-        for (int64_t t = 0; t < length; t++) total += scores[t];
-        float *o = out + h * dim;
-        for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
-        for (int64_t t = 0; t < length; t++) {
-            const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
-            const float *v = layer->value_cache + (slot * kv_heads + kv) * dim;
-            const __m256 p = _mm256_set1_ps(scores[t] / total);
-            int64_t i = 0;
-            for (; i + 8 <= dim; i += 8)
-                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
-            for (; i < dim; i++) o[i] += scores[t] / total * v[i];
-        }
+    const int64_t kv = h / per_kv;
+    const float *q = query + h * dim;
+    float best = -INFINITY;
+    for (int64_t t = 0; t < length; t++) {
+        const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
+        scores[t] = dot_f32(q, layer->key_cache + (slot * kv_heads + kv) * dim, dim) * scale;
+        best = scores[t] > best ? scores[t] : best;
+    }
+    for (int64_t t = 0; t < length; t++) scores[t] -= best;
+    exp_in_place(scores, length);
+    float total = 0.0f;
+    for (int64_t t = 0; t < length; t++) total += scores[t];
+    float *o = out + h * dim;
+    for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
+    for (int64_t t = 0; t < length; t++) {
+        const int64_t slot = block_table[t / m->block_size] * m->block_size + t % m->block_size;
+        const float *v = layer->value_cache + (slot * kv_heads + kv) * dim;
+        const __m256 p = _mm256_set1_ps(scores[t] / total);
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+        for (; i < dim; i++) o[i] += scores[t] / total * v[i];
+    }
+}
+
+/* Every (row, head) of a step's attention, claimed one at a time by the participants (each head's result
+   is computed the same way whoever computes it); `scores` holds one context-long scratch per participant. */
+typedef struct {
+    const model_weights *m;
+    const layer_weights *layer;
+    int64_t rows, qkv_width, q_width, max_blocks, longest;
+    const float *qkv;
+    const int64_t *block_tables, *context_lens;
+    float *scores, *out;
+    atomic_long next;
+} attention_job;
+
+static void attention_share(const void *argument, int index, int count) {
+    attention_job *job = (attention_job *)argument;
+    (void)count;
+    const int64_t heads = job->m->heads, total = job->rows * heads;
+    float *scores = job->scores + index * job->longest;
+    for (int64_t pair; (pair = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < total;) {
+        const int64_t r = pair / heads, h = pair % heads;
+        attend_head(job->m, job->layer, job->qkv + r * job->qkv_width, job->block_tables + r * job->max_blocks,
+                    job->context_lens[r], h, scores, job->out + r * job->q_width);
     }
 }
 
@@ -490,12 +607,12 @@ int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const flo
     float *wide = malloc(sizeof(float) * rows * max_i64(qkv_width, 2 * m->intermediate));
     float *narrow = malloc(sizeof(float) * rows * widest);
     float *projected = malloc(sizeof(float) * rows * hidden);
-    float *scores = malloc(sizeof(float) * longest);
+    float *scores = malloc(sizeof(float) * longest * (threads < 1 ? 1 : threads));
     quantized_rows quantized = {
-        malloc(rows * widest), malloc(rows * widest), malloc(sizeof(float) * rows * widest / GROUP),
-        malloc(sizeof(float) * rows * widest / GROUP)};
+        malloc(rows * widest), malloc(rows * widest), malloc(sizeof(int16_t) * rows * widest),
+        malloc(sizeof(float) * rows * widest / GROUP), malloc(sizeof(float) * rows * widest / GROUP)};
     int status = 0;
-    if (!normed || !wide || !narrow || !projected || !scores || !quantized.q || !quantized.r ||
+    if (!normed || !wide || !narrow || !projected || !scores || !quantized.q || !quantized.r || !quantized.w ||
         !quantized.d || !quantized.dsum) {
         status = -1;
         goto done;
@@ -513,9 +630,9 @@ int kvgate_decode_step(const model_weights *m, int64_t rows, float *x, const flo
             memcpy(layer->key_cache + slots[r] * kv_width, qkv + q_width, sizeof(float) * kv_width);
             memcpy(layer->value_cache + slots[r] * kv_width, qkv + q_width + kv_width, sizeof(float) * kv_width);
         }
-        for (int64_t r = 0; r < rows; r++)
-            attend(m, layer, wide + r * qkv_width, block_tables + r * max_blocks, context_lens[r], scores,
-                   narrow + r * q_width);
+        attention_job attention = {m,      layer,  rows,   qkv_width,    q_width, max_blocks, longest,
+                                   wide,   block_tables, context_lens, scores, narrow, 0};
+        run_parallel(attention_share, &attention, threads);
         quantize_rows(narrow, rows, q_width, quantized);
         matmul_q4(&layer->o, rows, quantized, projected, threads);
         for (int64_t i = 0; i < rows * hidden; i++) x[i] += projected[i];
@@ -540,6 +657,7 @@ done:
     free(scores);
     free(quantized.q);
     free(quantized.r);
+    free(quantized.w);
     free(quantized.d);
     free(quantized.dsum);
     return status;
