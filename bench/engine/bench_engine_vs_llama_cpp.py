@@ -12,9 +12,13 @@ Per server:
 1. TTFT for a ~2,450-token shared system prompt + a new question, cold (the system prompt never seen),
    then warm (same system prompt, another question), streamed; median of `--repeats`.
 2. Output tokens/s of 16 concurrent requests (different questions, 64 tokens each, greedy): completion
-   tokens over wall time.
-3. Output tokens/s of one request alone (128 tokens): completion tokens over its wall time.
+   tokens over wall time; median of `--repeats` batches.
+3. Output tokens/s of one request alone (128 tokens): completion tokens over its wall time; median of
+   `--alone-repeats` requests, one after another (one request is at the mercy of a shared machine's moment).
 4. RSS of the server process after the run.
+5. Alone again, side by side: kvgate int4 and llama-server `-np 1` both up (each idle while the other
+   answers), one 128-token request to each in turn for `--side-by-side-rounds` rounds, medians: on a shared
+   machine a slow moment falls on both.
 Then the RSS of the engine alone (a process that loads the model, builds the engine and generates one
 answer, no gateway) per weights format, since the gateway process also holds the embedder and verifier.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -30,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--weights", nargs="+", default=["int4", "fp32"])
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--alone-repeats", type=int, default=5, help="single requests timed one after another"
+    )
+    parser.add_argument(
+        "--side-by-side-rounds", type=int, default=8, help="alternating single requests, both servers up"
+    )
     parser.add_argument("--system-words", type=int, default=1900, help="~2,450 tokens at the default")
     parser.add_argument("--hits-only", action="store_true", help="only kvgate's hit latency, idle and busy")
     parser.add_argument(
@@ -70,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not (args.rss_only or args.hits_only) and not args.llama_server.is_file():
         raise SystemExit(f"no llama-server at {args.llama_server}: run `make llama-server` first")
     results: list[dict[str, Any]] = []
+    side_by_side: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as scratch:
         for threads in [] if args.rss_only else args.threads:
             for weights in args.weights:
@@ -80,15 +92,34 @@ def main(argv: Sequence[str] | None = None) -> None:
                 results.append(
                     measure_llama_server(args.llama_server, gguf, slots, threads, Path(scratch), args)
                 )
+            if not args.hits_only and "int4" in args.weights:
+                side_by_side.append(
+                    alone_side_by_side(
+                        args.llama_server, gguf, threads, Path(scratch), args.side_by_side_rounds
+                    )
+                )
     if args.hits_only:
         return
     engine_rss = {weights: run_engine_rss(weights) for weights in args.weights}
     if args.baseline_rev:
         engine_rss[f"fp32 at {args.baseline_rev}"] = baseline_rss(args.baseline_rev)
-    report(results, engine_rss)
+    report(results, engine_rss, side_by_side)
 
 
 def measure_kvgate(weights: str, threads: int, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    with kvgate_server(weights, threads, folder) as (base, process):
+        health = httpx.get(base + "/healthz", timeout=10).json()
+        result = {} if args.hits_only else workload(base, "smollm2-135m-instruct", NO_CACHE, args)
+        result.update(asyncio.run(hit_latency(base + "/v1/chat/completions", "smollm2-135m-instruct")))
+        result["rss_mb"] = rss_mb(process.pid)
+    result.update(server=f"kvgate {weights}", threads=threads, weights=health["generator"]["weights"])
+    print(json.dumps(result), flush=True)
+    return result
+
+
+@contextlib.contextmanager
+def kvgate_server(weights: str, threads: int, folder: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """kvgate in engine mode with these weights and threads: (its base URL, its process)."""
     port = free_port()
     folder.mkdir(parents=True)
     env = os.environ | {
@@ -102,18 +133,25 @@ def measure_kvgate(weights: str, threads: int, folder: Path, args: argparse.Name
     command = [sys.executable, "-c", "from gateway.cli import app; app()", "serve"]
     base = f"http://127.0.0.1:{port}"
     with running(command, env, ROOT, base + "/readyz", folder / "kvgate.log") as process:
-        health = httpx.get(base + "/healthz", timeout=10).json()
-        result = {} if args.hits_only else workload(base, "smollm2-135m-instruct", NO_CACHE, args)
-        result.update(asyncio.run(hit_latency(base + "/v1/chat/completions", "smollm2-135m-instruct")))
-        result["rss_mb"] = rss_mb(process.pid)
-    result.update(server=f"kvgate {weights}", threads=threads, weights=health["generator"]["weights"])
-    print(json.dumps(result), flush=True)
-    return result
+        yield base, process
 
 
 def measure_llama_server(
     binary: Path, gguf: Path, slots: int, threads: int, scratch: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
+    with llama_server(binary, gguf, slots, threads, scratch) as (base, process):
+        result = workload(base, "default", {}, args)
+        result["rss_mb"] = rss_mb(process.pid)
+    result.update(server=f"llama-server -np {slots}", threads=threads)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+@contextlib.contextmanager
+def llama_server(
+    binary: Path, gguf: Path, slots: int, threads: int, scratch: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """llama-server on the GGUF with `slots` slots: (its base URL, its process)."""
     port = free_port()
     context = 4096 * slots  # every slot holds the long system prompt and an answer
     command = [
@@ -124,11 +162,52 @@ def measure_llama_server(
     with running(
         command, dict(os.environ), scratch, base + "/health", scratch / f"llama-{slots}-{threads}.log"
     ) as process:
-        result = workload(base, "default", {}, args)
-        result["rss_mb"] = rss_mb(process.pid)
-    result.update(server=f"llama-server -np {slots}", threads=threads)
+        yield base, process
+
+
+def alone_side_by_side(binary: Path, gguf: Path, threads: int, scratch: Path, rounds: int) -> dict[str, Any]:
+    """Single-stream tok/s of kvgate int4 and llama-server `-np 1`, both up at once (each idle while the other
+    answers), one 128-token request to each in turn for `rounds` rounds: a slow moment of a shared machine
+    falls on both, which measuring them one after the other cannot promise."""
+    with (
+        kvgate_server("int4", threads, scratch / f"side-by-side-{threads}") as (kvgate, _),
+        llama_server(binary, gguf, 1, threads, scratch) as (llama, _),
+    ):
+        rates: dict[str, list[float]] = {"kvgate int4": [], "llama-server -np 1": []}
+        targets = {
+            "kvgate int4": (kvgate, "smollm2-135m-instruct", NO_CACHE),
+            "llama-server -np 1": (llama, "default", {}),
+        }
+        asyncio.run(_alone_rounds(targets, rates, rounds))
+    result: dict[str, Any] = {name: round(statistics.median(values), 1) for name, values in rates.items()}
+    result.update(threads=threads, rounds=rates)
     print(json.dumps(result), flush=True)
     return result
+
+
+async def _alone_rounds(
+    targets: dict[str, tuple[str, str, dict[str, str]]], rates: dict[str, list[float]], rounds: int
+) -> None:
+    clients = {
+        name: httpx.AsyncClient(timeout=600, headers=headers) for name, (_, _, headers) in targets.items()
+    }
+    try:
+        for name, (base, model, _) in targets.items():
+            await chat(clients[name], base + "/v1/chat/completions", model, [user("Say hello.")], 4)
+        for round_ in range(rounds):
+            order = list(targets) if round_ % 2 == 0 else list(reversed(targets))
+            for name in order:
+                base, model, _ = targets[name]
+                topic = TOPICS[round_ % len(TOPICS)]
+                started = time.perf_counter()
+                tokens = await chat(
+                    clients[name], base + "/v1/chat/completions", model,
+                    [user(f"Write a long story about a {topic} keeper.")], 128,
+                )  # fmt: skip
+                rates[name].append(round(tokens / (time.perf_counter() - started), 1))
+    finally:
+        for client in clients.values():
+            await client.aclose()
 
 
 def workload(base: str, model: str, headers: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
@@ -154,21 +233,33 @@ async def _workload(
                     client, url, model, system, f"Summarise part {repeat + 3} in one line."
                 )
             )
-        started = time.perf_counter()
-        answers = await asyncio.gather(
-            *(chat(client, url, model, [user(f"Write a long story about {topic}.")], 64) for topic in TOPICS)
-        )
-        concurrent_wall = time.perf_counter() - started
-        started = time.perf_counter()
-        alone = await chat(client, url, model, [user("Write a long story about a lighthouse keeper.")], 128)
-        alone_wall = time.perf_counter() - started
+        concurrent, concurrent_tokens = [], 0
+        for repeat in range(args.repeats):
+            started = time.perf_counter()
+            answers = await asyncio.gather(
+                *(
+                    chat(client, url, model, [user(f"Write a long story about {topic} ({repeat}).")], 64)
+                    for topic in TOPICS
+                )
+            )
+            concurrent.append(sum(answers) / (time.perf_counter() - started))
+            concurrent_tokens += sum(answers)
+        alone, alone_tokens = [], 0
+        for topic in TOPICS[: args.alone_repeats]:
+            started = time.perf_counter()
+            tokens = await chat(
+                client, url, model, [user(f"Write a long story about a {topic} keeper.")], 128
+            )
+            alone.append(tokens / (time.perf_counter() - started))
+            alone_tokens += tokens
     return {
         "ttft_cold_s": round(statistics.median(cold), 3),
         "ttft_warm_s": round(statistics.median(warm), 3),
-        "concurrent16_tok_s": round(sum(answers) / concurrent_wall, 1),
-        "concurrent16_tokens": sum(answers),
-        "alone_tok_s": round(alone / alone_wall, 1),
-        "alone_tokens": alone,
+        "concurrent16_tok_s": round(statistics.median(concurrent), 1),
+        "concurrent16_tokens": concurrent_tokens,
+        "alone_tok_s": round(statistics.median(alone), 1),
+        "alone_tok_s_all": [round(rate, 1) for rate in alone],
+        "alone_tokens": alone_tokens,
     }
 
 
@@ -352,7 +443,9 @@ def baseline_rss(revision: str) -> dict[str, Any]:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
 
 
-def report(results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]]) -> None:
+def report(
+    results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]], side_by_side: list[dict[str, Any]]
+) -> None:
     print(
         "\n## engine vs llama-server, same GGUF, loopback HTTP (bench/engine/bench_engine_vs_llama_cpp.py)\n"
     )
@@ -379,6 +472,13 @@ def report(results: list[dict[str, Any]], engine_rss: dict[str, dict[str, Any]])
                     f"({r['hit_busy_over_idle']}x); weights {json.dumps(r['weights'])}"
                 )
         print()
+    for pair in side_by_side:
+        kvgate, llama = pair["kvgate int4"], pair["llama-server -np 1"]
+        print(
+            f"alone, side by side (both servers up, requests alternating, {len(pair['rounds']['kvgate int4'])} "
+            f"rounds, median tok/s), threads {pair['threads']}: kvgate int4 {kvgate}, llama-server -np 1 {llama}: "
+            f"{kvgate / llama:.2f}x\n"
+        )
     print("engine alone (load, build, one answer; no gateway):", json.dumps(engine_rss))
     for name, figures in engine_rss.items():
         if name.startswith("fp32") and "int4" in engine_rss:

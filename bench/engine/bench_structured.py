@@ -1,5 +1,7 @@
 """Structured outputs' cost: output tokens/s of 16 concurrent chat requests, free text vs under a
-`json_schema` grammar, side by side in one run (SmolLM2-135M float32, CPU). Goal: json_schema >= 0.8x plain.
+`json_schema` grammar, side by side in one run (SmolLM2-135M as `make serve` runs it: weights chosen as
+`KVGATE_ENGINE_WEIGHTS=auto` chooses them, int4 with the native decode step where it builds; 2 threads).
+Goal: json_schema >= 0.8x plain.
 
     .venv/bin/python bench/engine/bench_structured.py              # ~1-2 minutes on 2 busy cores
     .venv/bin/python bench/engine/bench_structured.py --max-tokens 24 --repeats 1
@@ -29,7 +31,8 @@ from engine.engine import EngineConfig, LLMEngine, build_engine
 from engine.grammar import GrammarCompiler, bitmask, json_schema_spec
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
-from engine.weights.loader import load_model
+from engine.weights.choice import choose_weights
+from engine.weights.loader import ensure_hf_folder, load_model, read_config, weights_storage
 from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
 
 DEFAULT_MODEL_DIR = Path("/root/.cache/kvgate/models")
@@ -53,11 +56,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (the default's)")
+    parser.add_argument("--weights", default="auto", help="as KVGATE_ENGINE_WEIGHTS")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    loaded = load_model(resolve_generator(DEFAULT_GENERATOR_NAME, args.model_dir), args.model_dir)
+    source = resolve_generator(DEFAULT_GENERATOR_NAME, args.model_dir)
+    config = read_config(ensure_hf_folder(source, args.model_dir))
+    weights = choose_weights(args.weights, config, weights_storage(source))
+    loaded = load_model(source, args.model_dir, weights=weights.weights)
     prompts = [
         loaded.tokenizer.apply_chat_template(
             [{"role": "user", "content": f"{QUESTIONS[index % len(QUESTIONS)]} (#{index})"}],
@@ -74,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run(engine, prompts[:2], constrained)  # warm up: kernels, llguidance's tokenizer and the one compile
 
     print(
-        f"SmolLM2-135M float32, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"SmolLM2-135M {weights.weights}, decode {engine.runner.decode_kernel}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s), "
         f"{CONCURRENCY} concurrent chat requests x {args.max_tokens} new tokens"
     )
     best = {"plain": 0.0, "json_schema": 0.0}

@@ -95,7 +95,8 @@ def choose_weights(
 
     With 4-bit source weights, `auto` keeps them as int4 without timing torch's kernels where the native
     decode step (`engine.model.native_decode`, `decode_kernel` not `torch`) builds on this machine: every decode
-    step then runs there, not on torch's kernels (measured 1.7x llama.cpp's single stream, docs/benchmarks.md).
+    step then runs there, not on torch's kernels (measured 1.7x llama.cpp's single stream at 1 thread on an
+    AVX-512 Intel part, level with it on an AVX2 Zen 3 one: docs/benchmarks.md).
     Timing torch's kernels would answer another question, and under load it once picked int8 here."""
     if requested != "auto" and requested not in WEIGHTS_FORMATS:
         raise ValueError(f"engine weights must be auto or one of {WEIGHTS_FORMATS}, not {requested!r}")
