@@ -84,6 +84,23 @@ class ModelRunner:
         return torch.cat(pieces)
 
     @property
+    def bursts(self) -> bool:
+        """Can `burst` run here (the native step, over a model whose tied head is the embedding table)?"""
+        return self.native is not None and self.native.bursts
+
+    @torch.inference_mode()
+    def burst(self, chunk: SequenceChunk, steps: int, stop_ids: Sequence[int]) -> list[int]:
+        """Greedy tokens after a one-token decode chunk, up to `steps` of them in one native call (the last one
+        sampled, not yet computed); stops after a token of `stop_ids`. The positions it computes, from the
+        chunk's token on, must lie in the chunk's block table."""
+        assert self.native is not None
+        if len(chunk.token_ids) != 1 or chunk.logits is not LogitsFor.LAST or steps < 1:
+            raise ValueError("a burst starts from one decode row")
+        if chunk.block_table and not 0 <= min(chunk.block_table) <= max(chunk.block_table) < self.num_blocks:
+            raise ValueError(f"block table {list(chunk.block_table)} is outside 0..{self.num_blocks - 1}")
+        return self.native.decode_burst(chunk, self.block_size, steps, stop_ids)
+
+    @property
     def decode_kernel(self) -> str:
         """Which code runs decode steps: `native (<instruction set>, <dot form>, <what each build measured>)` or
         `torch`."""

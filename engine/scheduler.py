@@ -165,6 +165,33 @@ class Scheduler:
             sequence.num_computed_tokens = chunk.start + chunk.num_tokens
             self.block_manager.cache_full_blocks(sequence.request_id, sequence.num_computed_tokens)
 
+    def burst_room(self, sequence: Sequence) -> int:
+        """Tokens a running sequence about to compute its last token may compute in a row without another
+        block: from that token's position to the end of the block holding it, which it holds alone (0 when
+        another sequence shares that block)."""
+        if not self.block_manager.holds_last_block_alone(sequence.request_id):
+            return 0
+        block_size = self.block_manager.block_size
+        return block_size - sequence.num_computed_tokens % block_size
+
+    def computed_ahead(self, sequence: Sequence) -> None:
+        """The token appended last already has its K/V, written by a burst (`LLMEngine`) inside the block
+        the sequence holds: give it that slot and count it computed, as `schedule` and `advance` would."""
+        request_id = sequence.request_id
+        new_token_ids = sequence.token_ids(self._num_reserved[request_id])
+        if len(new_token_ids) != 1 or not self.block_manager.holds_last_block_alone(request_id):
+            raise RuntimeError(
+                f"{request_id!r}: a burst's token must follow one reserved token in its own block"
+            )
+        blocks = len(self.block_manager.block_table(request_id))
+        if not self.block_manager.append_slots(request_id, new_token_ids):
+            raise RuntimeError(f"{request_id!r}: no slot for a burst's token")
+        if len(self.block_manager.block_table(request_id)) != blocks:
+            raise RuntimeError(f"{request_id!r}: a burst's token left the block it was written in")
+        self._num_reserved[request_id] = sequence.num_tokens
+        sequence.num_computed_tokens = sequence.num_tokens
+        self.block_manager.cache_full_blocks(request_id, sequence.num_computed_tokens)
+
     def finish(self, sequence: Sequence, reason: FinishReason) -> None:
         """End a sequence (stopped, length, aborted) and free its blocks at once."""
         if sequence.is_finished:

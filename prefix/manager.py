@@ -205,6 +205,10 @@ class BlockManager:
 
     # Reading ------------------------------------------------------------------------------------
 
+    def holds_last_block_alone(self, seq_id: SeqId) -> bool:
+        """Whether no other sequence holds the sequence's last block (its K/V may be written in place)."""
+        return self._seqs[seq_id].blocks[-1].ref_count == 1
+
     def block_table(self, seq_id: SeqId) -> list[int]:
         """The sequence's physical block ids, in token order (a copy)."""
         return [block.block_id for block in self._seqs[seq_id].blocks]

@@ -83,6 +83,7 @@ def load_decode_library(
         _remove_older_builds(target, isa, form)
     library = ctypes.CDLL(str(target))
     library.kvgate_decode_step.restype = ctypes.c_int
+    library.kvgate_decode_burst.restype = ctypes.c_int64
     return library
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence as SequenceOf
 from typing import Literal
 
 import torch
@@ -24,7 +25,7 @@ from engine.model.attention import KVCache
 from engine.model.llama import LlamaModel, rope_cos_sin
 from engine.model.native_build import DEFAULT_FORM
 from engine.model.native_forms import FormChoice, choose_form
-from engine.model.paging import PagingMetadata
+from engine.model.paging import PagingMetadata, SequenceChunk
 from engine.model.quantized import GROUP_SIZE, Int4Linear, Int8GroupLinear, Int8Linear
 
 DecodeKernel = Literal["auto", "native", "torch"]
@@ -176,6 +177,56 @@ class NativeDecoder:
         if status != 0:
             raise MemoryError("the native decode step could not allocate its scratch memory")
         return logits
+
+    @property
+    def bursts(self) -> bool:
+        """Can `decode_burst` run this model? It embeds tokens from the head's codes: a tied int8 head."""
+        return bool(self._model.config.tie_word_embeddings) and isinstance(
+            self._model.lm_head, (Int8GroupLinear, Int8Linear)
+        )
+
+    @torch.inference_mode()
+    def decode_burst(
+        self, chunk: SequenceChunk, block_size: int, steps: int, stop_ids: SequenceOf[int]
+    ) -> list[int]:
+        """Up to `steps` greedy tokens after the chunk's one token, in one native call: each step embeds the
+        token before it, decodes it at the next position and takes the first largest logit (torch.argmax's
+        choice), as `steps` single decode steps and argmaxes would; it stops after a token of `stop_ids`.
+        Every position it writes K/V for must lie in the chunk's block table (the caller's guarantee)."""
+        [token] = chunk.token_ids
+        first = chunk.num_cached_tokens
+        positions = torch.arange(first, first + steps, dtype=torch.int64)
+        table = list(chunk.block_table)
+        if (first + steps - 1) // block_size >= len(table):
+            raise ValueError(f"{steps} steps from position {first} leave the chunk's {len(table)} blocks")
+        cos, signed_sin = rope_cos_sin(positions, self._model.inv_freq)
+        cos, signed_sin = cos[:, 0].contiguous(), signed_sin[:, 0].contiguous()
+        slots = torch.tensor(
+            [table[p // block_size] * block_size + p % block_size for p in positions.tolist()]
+        )
+        block_table = torch.tensor(table, dtype=torch.int64)
+        stops = torch.tensor(list(stop_ids), dtype=torch.int64)
+        logits = torch.empty(self._model.config.vocab_size, dtype=torch.float32)
+        tokens = torch.empty(steps, dtype=torch.int64)
+        produced = self._library.kvgate_decode_burst(
+            ctypes.byref(self._struct),
+            ctypes.c_int64(steps),
+            ctypes.c_int64(token),
+            ctypes.c_void_p(cos.data_ptr()),
+            ctypes.c_void_p(signed_sin.data_ptr()),
+            ctypes.c_void_p(slots.data_ptr()),
+            ctypes.c_void_p(block_table.data_ptr()),
+            ctypes.c_int64(len(table)),
+            ctypes.c_int64(first + 1),
+            ctypes.c_void_p(stops.data_ptr()),
+            ctypes.c_int64(len(stops)),
+            ctypes.c_void_p(logits.data_ptr()),
+            ctypes.c_void_p(tokens.data_ptr()),
+            ctypes.c_int(_threads()),
+        )
+        if produced < 0:
+            raise MemoryError("the native decode step could not allocate its scratch memory")
+        return [int(token) for token in tokens[:produced].tolist()]
 
     def _pointer(self, tensor: torch.Tensor) -> int:
         if not tensor.is_contiguous():

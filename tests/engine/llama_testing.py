@@ -29,6 +29,12 @@ TINY_LLAMA: dict[str, Any] = dict(
 )
 
 
+QUANTISABLE_LLAMA: dict[str, int] = dict(
+    hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2
+)
+"""A tiny Llama whose widths the int4 and native kernels take (multiples of their groups)."""
+
+
 def make_hf_llama(seed: int = 0, **overrides: Any) -> LlamaForCausalLM:
     """A randomly initialised transformers Llama; weights scaled up so logits are far from uniform."""
     torch.manual_seed(seed)

@@ -25,11 +25,16 @@ from engine.weights.choice import choose_weights, pick
 from engine.weights.formats import WEIGHTS_FORMATS, build_model, dequantized_hf_state, make_projection
 from engine.weights.gguf_weights import _unpermute_rotary as unpermute_rotary
 from engine.weights.gguf_weights import decode_q4, decode_q8_0, hf_name, projection_storage
-from tests.engine.llama_testing import BlockAllocator, ToySequence, make_hf_llama, run_greedy
+from tests.engine.llama_testing import (
+    QUANTISABLE_LLAMA,
+    BlockAllocator,
+    ToySequence,
+    make_hf_llama,
+    run_greedy,
+)
 
 NEW_TOKENS = 10
 # Widths divisible by int4's groups of 32 on every projection input (hidden, and intermediate for down).
-QUANTISABLE_LLAMA = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
 
 
 def q4_1_blocks(codes: np.ndarray, d: np.ndarray, m: np.ndarray) -> np.ndarray:

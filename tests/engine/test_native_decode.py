@@ -23,13 +23,12 @@ from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 from engine.runner import ModelRunner
 from engine.weights.choice import WeightsChoice
 from engine.weights.formats import build_model, dequantized_hf_state
-from tests.engine.llama_testing import make_hf_llama
+from tests.engine.llama_testing import QUANTISABLE_LLAMA, make_hf_llama
 
 Int4Pair = tuple[
     LlamaModel, LlamaForCausalLM
 ]  # (our int4 model, transformers on the weights it multiplies by)
 
-QUANTISABLE_LLAMA = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
 BUILDS = [isa for isa in ("avx2", "avx512_vnni") if cpu_isa() in (isa, "avx512_vnni")]
 KERNELS = [(isa, form) for isa in BUILDS for form in DOT_FORMS]
 

@@ -16,7 +16,7 @@ from engine.model.native_forms import CHOICES_FILE, FormChoice, choose_form
 from engine.model.paging import LogitsFor, SequenceChunk, build_paging_metadata
 from engine.runner import ModelRunner
 from engine.weights.formats import build_model
-from tests.engine.llama_testing import make_hf_llama
+from tests.engine.llama_testing import QUANTISABLE_LLAMA, make_hf_llama
 
 pytestmark = pytest.mark.skipif(
     cpu_isa() is None or load_decode_library() is None,
@@ -26,15 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
-    hf = make_hf_llama(
-        seed=5,
-        num_hidden_layers=2,
-        tie_word_embeddings=True,
-        hidden_size=64,
-        intermediate_size=96,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    hf = make_hf_llama(seed=5, num_hidden_layers=2, tie_word_embeddings=True, **QUANTISABLE_LLAMA)
     return build_model(ModelConfig.from_hf(hf.config), hf.state_dict(), "int4")
 
 

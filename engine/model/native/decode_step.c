@@ -228,12 +228,24 @@ static inline __m256i q8_dot(q8_group w, activation_group a) {
 }
 #endif
 
+/* The four outputs' scales and zeros of group g as floats, with their offsets z - 8 s: one vector each, so the
+   per-output work left in the loop below is the integer dot, its conversion and one multiply-add. */
+static inline void q4_quad_scales(const uint8_t *interleaved, __m128 *scales, __m128 *offsets) {
+    uint32_t words[Q4_INTERLEAVE];
+    for (int o = 0; o < Q4_INTERLEAVE; o++) memcpy(&words[o], interleaved + o * Q4_BLOCK_BYTES + 16, 4);
+    const __m128i scale_zero = _mm_loadu_si128((const __m128i *)words); /* lane o: zero << 16 | scale */
+    *scales = _mm_castsi128_ps(_mm_slli_epi32(scale_zero, 16));
+    const __m128 zeros = _mm_castsi128_ps(_mm_and_si128(scale_zero, _mm_set1_epi32((int)0xFFFF0000u)));
+    *offsets = _mm_fnmadd_ps(_mm_set1_ps(8.0f), *scales, zeros); /* 8 s is exact: as z - 8 s in floats */
+}
+
 static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w, quantized_rows x, int64_t first,
                                                              const int rows, int64_t n, float *y) {
     const int outs = Q4_INTERLEAVE;
     const int64_t groups = w->k / GROUP;
     __m256 acc[ROWS_PER_PASS][4];
-    float zero_terms[ROWS_PER_PASS][4];
+    float zero_terms[ROWS_PER_PASS][4]; /* each output's (z - 8 s) d sum(256 q + r) terms */
+    __m128 zero_quad = _mm_setzero_ps(); /* the same, one row's four outputs in one vector */
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < outs; o++) {
             acc[r][o] = _mm256_setzero_ps();
@@ -250,22 +262,39 @@ static inline __attribute__((always_inline)) void q4_outputs(const q4_weight *w,
         const uint8_t *interleaved = w->blocks + (n * groups + g * Q4_INTERLEAVE) * Q4_BLOCK_BYTES;
         _mm_prefetch((const char *)interleaved + PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)interleaved + PREFETCH_BYTES + 64, _MM_HINT_T0);
+        /* sum((c - 8) s + z) x = d (s sum(c (256 q + r)) + (z - 8 s) sum(256 q + r)) */
+        if (rows == 1) {
+            /* One row (a lone stream): the four outputs' scales decoded and multiplied together, each
+               broadcast from memory (a load, not a shuffle): measured ~10% less time a step than per output. */
+            __m128 scales, offsets;
+            q4_quad_scales(interleaved, &scales, &offsets);
+            float scaled[4];
+            _mm_storeu_ps(scaled, _mm_mul_ps(scales, _mm_set1_ps(d[0])));
+            zero_quad = _mm_fmadd_ps(offsets, _mm_set1_ps(dsum[0]), zero_quad);
+            for (int o = 0; o < outs; o++) {
+                const __m256 dot = _mm256_cvtepi32_ps(q4_dot(load_q4_group(interleaved + o * Q4_BLOCK_BYTES), a[0]));
+                acc[0][o] = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(&scaled[o]), acc[0][o]);
+            }
+            continue;
+        }
+        /* Several rows: one output at a time (its codes and scale in registers against every row; the
+           four-output form above spills here, measured 10-20% slower at 4 and 16 rows). The same arithmetic
+           as above, operation for operation, so that a row's bits never depend on its batch. */
         for (int o = 0; o < outs; o++) {
             const uint8_t *block = interleaved + o * Q4_BLOCK_BYTES;
             const q4_group codes = load_q4_group(block);
             uint32_t scale_zero;
             memcpy(&scale_zero, block + 16, sizeof scale_zero);
             const float scale = bf16_to_float((uint16_t)(scale_zero & 0xFFFF));
-            const float zero = bf16_to_float((uint16_t)(scale_zero >> 16));
-            /* sum((c - 8) s + z) x = d (s sum(c (256 q + r)) + (z - 8 s) sum(256 q + r)) */
-            const float offset = zero - 8.0f * scale;
+            const float offset = bf16_to_float((uint16_t)(scale_zero >> 16)) - 8.0f * scale; /* 8 s: exact */
             for (int r = 0; r < rows; r++) {
                 const __m256 dot = _mm256_cvtepi32_ps(q4_dot(codes, a[r]));
                 acc[r][o] = _mm256_fmadd_ps(dot, _mm256_set1_ps(scale * d[r]), acc[r][o]);
-                zero_terms[r][o] += offset * dsum[r];
+                zero_terms[r][o] = fmaf(offset, dsum[r], zero_terms[r][o]);
             }
         }
     }
+    if (rows == 1) _mm_storeu_ps(zero_terms[0], zero_quad);
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < outs; o++) {
             const float bias = w->bias ? w->bias[n + o] : 0.0f;
@@ -661,4 +690,41 @@ done:
     free(quantized.d);
     free(quantized.dsum);
     return status;
+}
+
+/* Several greedy decode steps of one row in one call: the row's token is embedded from the head's own
+   codes (a tied head is the embedding table: `Int8GroupLinear.embed`, the same products), decoded, and the
+   next token is the first index of the largest logit (torch.argmax's choice), `steps` times or until a
+   token of `stop_ids` comes. Step j reads cos / signed_sin row j and writes slot `slots[j]`, with
+   `context_len + j` tokens of context. Writes the tokens to `tokens` and the last step's logits to
+   `logits`; returns how many tokens it wrote, or -1 when scratch memory could not be had. The caller
+   (engine.engine's burst) guarantees the slots exist: they lie in the block the row already holds. */
+int64_t kvgate_decode_burst(const model_weights *m, int64_t steps, int64_t token, const float *cos,
+                            const float *signed_sin, const int64_t *slots, const int64_t *block_table,
+                            int64_t max_blocks, int64_t context_len, const int64_t *stop_ids, int64_t num_stop,
+                            float *logits, int64_t *tokens, int threads) {
+    const int64_t hidden = m->hidden, vocab = m->head.n, groups = hidden / GROUP;
+    float *x = malloc(sizeof(float) * hidden);
+    if (!x) return -1;
+    int64_t produced = 0;
+    for (int64_t j = 0; j < steps; j++) {
+        const int8_t *codes = m->head.codes + token * hidden;
+        const uint16_t *scales = m->head.scales + token * groups;
+        for (int64_t i = 0; i < hidden; i++) x[i] = (float)codes[i] * bf16_to_float(scales[i / GROUP]);
+        const int64_t context = context_len + j;
+        if (kvgate_decode_step(m, 1, x, cos + j * m->head_dim, signed_sin + j * m->head_dim, slots + j, block_table,
+                               max_blocks, &context, logits, threads) != 0) {
+            free(x);
+            return -1;
+        }
+        int64_t best = 0;
+        for (int64_t v = 1; v < vocab; v++)
+            if (logits[v] > logits[best]) best = v;
+        tokens[produced++] = token = best;
+        int stop = 0;
+        for (int64_t s = 0; s < num_stop; s++) stop |= stop_ids[s] == best;
+        if (stop) break;
+    }
+    free(x);
+    return produced;
 }
