@@ -50,11 +50,7 @@ class ModelRunner:
         for `LogitsFor.ALL`, none for `LogitsFor.NONE`, in chunk order.
         """
         for chunk in chunks:
-            if (
-                chunk.block_table
-                and not 0 <= min(chunk.block_table) <= max(chunk.block_table) < self.num_blocks
-            ):
-                raise ValueError(f"block table {list(chunk.block_table)} is outside 0..{self.num_blocks - 1}")
+            self._check_blocks(chunk)
         self.kv_cache.copy_blocks(list(block_copies))
         if self.native is None:
             return self._torch_step(chunks)
@@ -96,9 +92,12 @@ class ModelRunner:
         assert self.native is not None
         if len(chunk.token_ids) != 1 or chunk.logits is not LogitsFor.LAST or steps < 1:
             raise ValueError("a burst starts from one decode row")
+        self._check_blocks(chunk)
+        return self.native.decode_burst(chunk, self.block_size, steps, stop_ids)
+
+    def _check_blocks(self, chunk: SequenceChunk) -> None:
         if chunk.block_table and not 0 <= min(chunk.block_table) <= max(chunk.block_table) < self.num_blocks:
             raise ValueError(f"block table {list(chunk.block_table)} is outside 0..{self.num_blocks - 1}")
-        return self.native.decode_burst(chunk, self.block_size, steps, stop_ids)
 
     @property
     def decode_kernel(self) -> str:

@@ -25,7 +25,7 @@ from engine.model.attention import KVCache
 from engine.model.llama import LlamaModel, rope_cos_sin
 from engine.model.native_build import DEFAULT_FORM
 from engine.model.native_forms import FormChoice, choose_form
-from engine.model.paging import PagingMetadata, SequenceChunk
+from engine.model.paging import PagingMetadata, SequenceChunk, build_paging_metadata
 from engine.model.quantized import GROUP_SIZE, Int4Linear, Int8GroupLinear, Int8Linear
 
 DecodeKernel = Literal["auto", "native", "torch"]
@@ -195,16 +195,15 @@ class NativeDecoder:
         Every position it writes K/V for must lie in the chunk's block table (the caller's guarantee)."""
         [token] = chunk.token_ids
         first = chunk.num_cached_tokens
-        positions = torch.arange(first, first + steps, dtype=torch.int64)
-        table = list(chunk.block_table)
-        if (first + steps - 1) // block_size >= len(table):
-            raise ValueError(f"{steps} steps from position {first} leave the chunk's {len(table)} blocks")
-        cos, signed_sin = rope_cos_sin(positions, self._model.inv_freq)
-        cos, signed_sin = cos[:, 0].contiguous(), signed_sin[:, 0].contiguous()
-        slots = torch.tensor(
-            [table[p // block_size] * block_size + p % block_size for p in positions.tolist()]
+        # The positions and slots of `steps` tokens from the chunk's on (and the check that its blocks hold
+        # them): the metadata of one chunk of that many tokens.
+        metadata = build_paging_metadata(
+            [SequenceChunk([token] * steps, first, chunk.block_table)], block_size
         )
-        block_table = torch.tensor(table, dtype=torch.int64)
+        cos, signed_sin = rope_cos_sin(metadata.positions, self._model.inv_freq)
+        cos, signed_sin = cos[:, 0].contiguous(), signed_sin[:, 0].contiguous()
+        slots = metadata.slot_mapping.contiguous()
+        block_table = metadata.block_tables[0].contiguous()
         stops = torch.tensor(list(stop_ids), dtype=torch.int64)
         logits = torch.empty(self._model.config.vocab_size, dtype=torch.float32)
         tokens = torch.empty(steps, dtype=torch.int64)
@@ -216,7 +215,7 @@ class NativeDecoder:
             ctypes.c_void_p(signed_sin.data_ptr()),
             ctypes.c_void_p(slots.data_ptr()),
             ctypes.c_void_p(block_table.data_ptr()),
-            ctypes.c_int64(len(table)),
+            ctypes.c_int64(block_table.shape[0]),
             ctypes.c_int64(first + 1),
             ctypes.c_void_p(stops.data_ptr()),
             ctypes.c_int64(len(stops)),
