@@ -23,8 +23,10 @@ from gateway.api.errors import InvalidRequest, NotFound
 from gateway.api.ids import random_hex
 from gateway.api.objects import EmbeddingRequest
 from gateway.backends.upstream import UpstreamBackend
+from gateway.observability.stats import NO_LANGUAGE
 from gateway.service import CompletionService
 from semantic.cache import CacheControl, Lookup
+from semantic.rule.language import language_of
 from semantic.store.scope import RequestScope, build_scope
 
 ENDPOINT = "embeddings"
@@ -107,10 +109,20 @@ class EmbeddingsService:
         }
         result = "bypass" if call.control.bypass else ("exact_hit" if not missing else "miss")
         answer = EmbeddingsAnswer(whole, result, cached, len(inputs))
+        # One request, one language: its first input's (an input of token ids has none).
+        language = language_of(inputs[0]) if isinstance(inputs[0], str) else NO_LANGUAGE
         service.stats.record(
-            call.tenant, request.model, result, 0, 0.0, scope_id=scopes[0].scope_id, route=ENDPOINT
+            call.tenant,
+            request.model,
+            result,
+            0,
+            0.0,
+            scope_id=scopes[0].scope_id,
+            route=ENDPOINT,
+            language=language,
         )
         service.metrics.requests.labels(ENDPOINT, call.tenant, request.model, result).inc()
+        service.metrics.requests_by_language.labels(language, result).inc()
         return answer
 
     def _scope(self, call: EmbeddingsCall, item: str | list[int]) -> RequestScope:

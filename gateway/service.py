@@ -45,6 +45,7 @@ from gateway.observability.stats import HitStats
 from gateway.traffic.breaker import CircuitBreaker
 from gateway.traffic.coalescing import Flight
 from semantic.cache import CacheControl, Lookup, LookupKind, SemanticCache
+from semantic.rule.language import language_of
 from semantic.store.entries import CacheEntry
 from semantic.store.scope import RequestScope, build_scope
 
@@ -206,11 +207,22 @@ class CompletionService:
     ) -> None:
         tokens = _tokens(stored) if stored is not None else 0
         seconds = stored.generation_s if stored is not None else 0.0
+        # The lookup read the prompt's language already (`language_of` keeps the last 65,536 texts'), and an
+        # exact hit's prompt was read when it missed: a dictionary lookup on the hit path.
+        language = language_of(scope.prompt)
         self.stats.record(
-            call.tenant, scope.model, result, tokens, seconds, scope_id=scope.scope_id, route=scope.endpoint
+            call.tenant,
+            scope.model,
+            result,
+            tokens,
+            seconds,
+            scope_id=scope.scope_id,
+            route=scope.endpoint,
+            language=language,
         )
         metrics = self.metrics
         metrics.requests.labels(scope.endpoint, call.tenant, scope.model, result).inc()
+        metrics.requests_by_language.labels(language, result).inc()
         if stored is not None:
             metrics.tokens_saved.inc(tokens)
             metrics.seconds_saved.inc(seconds)

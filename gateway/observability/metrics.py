@@ -44,6 +44,12 @@ class GatewayMetrics:
             ["route", "tenant", "model", "cache"],
             registry=self.registry,
         )
+        self.requests_by_language = Counter(
+            "kvgate_requests_by_language",
+            "Requests by the language of the prompt (ISO 639-1; zxx: no text read) and cache result.",
+            ["language", "cache"],
+            registry=self.registry,
+        )
         self.request_seconds = Histogram(
             "kvgate_request_duration_seconds",
             "End-to-end time to the complete response (JSON) or to the response headers (SSE).",

@@ -76,6 +76,7 @@ def tally_table(section: dict[str, Any], title: str) -> Table:
     rows += [(f"tenant {name}", tally) for name, tally in section["by_tenant"].items()]
     rows += [(f"model {name}", tally) for name, tally in section["by_model"].items()]
     rows += [(f"route {name}", tally) for name, tally in section.get("by_route", {}).items()]
+    rows += [(f"language {name}", tally) for name, tally in section.get("by_language", {}).items()]
     for label, tally in rows:
         table.add_row(
             f"[bold]{label}[/bold]" if label == "overall" else label,

@@ -266,6 +266,7 @@ def _tally_tables(stats: dict[str, Any]) -> str:
         rows += [(f"tenant {name}", tally) for name, tally in section["by_tenant"].items()]
         rows += [(f"model {name}", tally) for name, tally in section["by_model"].items()]
         rows += [(f"route {name}", tally) for name, tally in section.get("by_route", {}).items()]
+        rows += [(f"language {name}", tally) for name, tally in section.get("by_language", {}).items()]
         cells = "".join(
             f"<tr{' class=overall' if label == 'overall' else ''}><td>{escape(label)}</td>"
             f"<td>{count(tally['requests'])}</td><td>{count(tally['exact_hit'])}</td>"

@@ -1,5 +1,6 @@
-"""Hit-rate bookkeeping behind `/admin/stats`: counts by tenant, model and cache result, since start and
-over the last hour (one-minute buckets), plus the tokens and engine seconds that hits saved.
+"""Hit-rate bookkeeping behind `/admin/stats`: counts by tenant, model, route, prompt language and cache
+result, since start and over the last hour (one-minute buckets), plus the tokens and engine seconds that hits
+saved.
 
 One process's view; behind `kvgate serve --workers N` the route merges every worker's (`export` /
 `merged`). `/metrics` carries the same counts for Prometheus to sum across replicas.
@@ -15,6 +16,11 @@ from typing import Any
 from gateway.observability.report_stats import ScopeHits
 
 RESULTS = ("exact_hit", "semantic_hit", "miss", "bypass")
+# The language of a request whose text was not read (a pass-through route): ISO 639-2's "no linguistic
+# content", the code `semantic.rule.language` gives a prompt without letters.
+NO_LANGUAGE = "zxx"
+# tenant, model, route, language
+Key = tuple[str, str, str, str]
 _BUCKET_S = 60
 _WINDOW_BUCKETS = 60
 
@@ -68,8 +74,8 @@ class HitStats:
     def __init__(self, clock: Any = time.time) -> None:
         self._clock = clock
         self.started = clock()
-        self._since_start: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
-        self._buckets: deque[tuple[int, dict[tuple[str, str, str], Tally]]] = deque()
+        self._since_start: dict[Key, Tally] = defaultdict(Tally)
+        self._buckets: deque[tuple[int, dict[Key, Tally]]] = deque()
         self.scopes = ScopeHits()
 
     def record(
@@ -81,8 +87,9 @@ class HitStats:
         seconds_saved: float = 0.0,
         scope_id: str | None = None,
         route: str = "chat",
+        language: str = NO_LANGUAGE,
     ) -> None:
-        key = (tenant, model, route)
+        key = (tenant, model, route, language)
         if scope_id is not None and result in ("exact_hit", "semantic_hit"):
             self.scopes.add(scope_id, tenant, model, result)
         self._since_start[key].add(result, tokens_saved, seconds_saved)
@@ -93,10 +100,10 @@ class HitStats:
         self._drop_old(minute)
 
     def report(self, tenant: str | None = None) -> dict[str, Any]:
-        """Overall, per tenant and per model; `tenant` restricts every section to one tenant."""
+        """Overall, per tenant, model, route and language; `tenant` restricts every section to one tenant."""
         minute = int(self._clock() // _BUCKET_S)
         self._drop_old(minute)
-        last_hour: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
+        last_hour: dict[Key, Tally] = defaultdict(Tally)
         timeline = []
         for bucket_minute, bucket in self._buckets:
             point = Tally()
@@ -126,7 +133,7 @@ class HitStats:
     def merged(cls, exports: list[dict[str, Any]], clock: Any = time.time) -> HitStats:
         """One `HitStats` counting what every exporter counted (uptime from the earliest start)."""
         stats = cls(clock)
-        by_minute: dict[int, dict[tuple[str, str, str], Tally]] = {}
+        by_minute: dict[int, dict[Key, Tally]] = {}
         for data in exports:
             stats.started = min(stats.started, float(data["started"]))
             _merge_tallies(stats._since_start, data["since_start"])
@@ -141,33 +148,36 @@ class HitStats:
             self._buckets.popleft()
 
 
-def _export_tallies(tallies: dict[tuple[str, str, str], Tally]) -> list[list[Any]]:
-    return [[tenant, model, route, tally.export()] for (tenant, model, route), tally in tallies.items()]
+def _export_tallies(tallies: dict[Key, Tally]) -> list[list[Any]]:
+    return [[*key, tally.export()] for key, tally in tallies.items()]
 
 
-def _merge_tallies(into: dict[tuple[str, str, str], Tally], exported: list[list[Any]]) -> None:
-    for tenant, model, route, data in exported:
-        key = (str(tenant), str(model), str(route))
+def _merge_tallies(into: dict[Key, Tally], exported: list[list[Any]]) -> None:
+    for tenant, model, route, language, data in exported:
+        key = (str(tenant), str(model), str(route), str(language))
         if key not in into:
             into[key] = Tally()
         into[key].merge(Tally.from_export(data))
 
 
-def _sections(tallies: dict[tuple[str, str, str], Tally], tenant: str | None) -> dict[str, Any]:
+def _sections(tallies: dict[Key, Tally], tenant: str | None) -> dict[str, Any]:
     overall = Tally()
     by_tenant: defaultdict[str, Tally] = defaultdict(Tally)
     by_model: defaultdict[str, Tally] = defaultdict(Tally)
     by_route: defaultdict[str, Tally] = defaultdict(Tally)
-    for (tenant_name, model, route), tally in tallies.items():
+    by_language: defaultdict[str, Tally] = defaultdict(Tally)
+    for (tenant_name, model, route, language), tally in tallies.items():
         if tenant is not None and tenant_name != tenant:
             continue
         overall.merge(tally)
         by_tenant[tenant_name].merge(tally)
         by_model[model].merge(tally)
         by_route[route].merge(tally)
+        by_language[language].merge(tally)
     return {
         "overall": overall.report(),
         "by_tenant": {name: tally.report() for name, tally in sorted(by_tenant.items())},
         "by_model": {name: tally.report() for name, tally in sorted(by_model.items())},
         "by_route": {name: tally.report() for name, tally in sorted(by_route.items())},
+        "by_language": {name: tally.report() for name, tally in sorted(by_language.items())},
     }

@@ -110,3 +110,17 @@ def test_stats_count_results_per_tenant(client: TestClient) -> None:
     assert stats["last_hour"]["overall"]["requests"] == 7
     only_beta = client.get("/admin/stats", params={"tenant": "beta"}, headers=admin()).json()
     assert list(only_beta["since_start"]["by_tenant"]) == ["beta"]
+
+
+def test_stats_count_results_per_language(client: TestClient) -> None:
+    """Each request is counted under its prompt's language, in /admin/stats and /metrics."""
+    for content in ("How do I reset my password?", "How do I reset my password?", "怎样才能不晕车？"):
+        assert client.post(ROUTE, json=chat(content), headers=auth()).status_code == 200
+    since_start = client.get("/admin/stats", headers=admin()).json()["since_start"]
+    by_language = since_start["by_language"]
+    assert set(by_language) == {"en", "zh"}
+    assert (by_language["en"]["miss"], by_language["en"]["exact_hit"]) == (1, 1)
+    assert (by_language["zh"]["requests"], by_language["zh"]["miss"]) == (1, 1)
+    assert sum(tally["requests"] for tally in by_language.values()) == since_start["overall"]["requests"]
+    metrics = client.get("/metrics").text
+    assert 'kvgate_requests_by_language_total{cache="exact_hit",language="en"} 1.0' in metrics

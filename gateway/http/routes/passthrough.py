@@ -20,6 +20,7 @@ from gateway.api.errors import MethodNotAllowed, NotFound
 from gateway.backends.upstream import UpstreamBackend
 from gateway.http.deps import CurrentTenant
 from gateway.observability.request_log import log_request
+from gateway.observability.stats import NO_LANGUAGE
 from gateway.service import CompletionService
 from gateway.traffic.ratelimit import Admission, RateLimiter
 
@@ -59,6 +60,7 @@ async def passthrough(path: str, tenant: CurrentTenant, http: Request) -> Respon
     answer = await upstream.forward(http.method, path, http.url.query, headers, http.stream())
     service.stats.record(tenant.name, "", "bypass", 0, 0.0, route="passthrough")
     service.metrics.requests.labels("passthrough", tenant.name, "", "bypass").inc()
+    service.metrics.requests_by_language.labels(NO_LANGUAGE, "bypass").inc()
     reply = {name: value for name in RETURNED_HEADERS if (value := answer.headers.get(name)) is not None}
     reply |= {"x-kvgate-cache": "bypass"} | await admission.headers()
     log_request(

@@ -26,8 +26,8 @@ class Clock:
 
 
 Event = tuple[
-    int, str, str, str, int, float, str, float
-]  # worker, tenant, model, result, tokens, s, scope, dt
+    int, str, str, str, int, float, str, float, str
+]  # worker, tenant, model, result, tokens, s, scope, dt, language
 
 events = st.lists(
     st.tuples(
@@ -39,6 +39,7 @@ events = st.lists(
         st.floats(0, 5),
         st.sampled_from(["s1", "s2", "s3", "s4"]),
         st.floats(0, 900),  # time passes between requests: several minute buckets, some dropped
+        st.sampled_from(["en", "zh", "zxx"]),
     ),
     max_size=60,
 )
@@ -50,11 +51,11 @@ def test_merged_workers_report_what_one_process_would(recorded: list[Event]) -> 
     clock = Clock()
     whole = HitStats(clock)
     workers = [HitStats(clock) for _ in range(3)]
-    for worker, tenant, model, result, tokens, seconds, scope, elapsed in recorded:
+    for worker, tenant, model, result, tokens, seconds, scope, elapsed, language in recorded:
         clock.now += elapsed
         scope_id = f"{tenant}/{model}/{scope}"  # a scope belongs to one tenant and one model
         for stats in (whole, workers[worker]):
-            stats.record(tenant, model, result, tokens, seconds, scope_id=scope_id)
+            stats.record(tenant, model, result, tokens, seconds, scope_id=scope_id, language=language)
     exports = [json.loads(json.dumps(stats.export())) for stats in workers]  # as they cross the socket
     merged = HitStats.merged(exports, clock)
     assert merged.report() == whole.report()
