@@ -52,16 +52,16 @@ from semantic.pair_sets import (
     load_pairs,
     text_groups,
 )
-from semantic.rule.verifier import (
+from semantic.rule.pair_classifier import (
     FROZEN_PREFIX,
-    WEIGHTS_FILE,
-    encode_pairs,
     load_base_classifier,
     load_tokenizer,
     load_trained_weights,
     save_trained_weights,
 )
+from semantic.rule.verifier import WEIGHTS_FILE
 from training.minimal_pairs import minimal_pairs, task_pairs
+from training.training_loop import Example, Schedule, fine_tune
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 SEED = 20240610
@@ -132,87 +132,47 @@ def main() -> None:
         load_trained_weights(model, args.resume)
     for name, parameter in model.named_parameters():
         parameter.requires_grad = args.unfreeze_embeddings or not name.startswith(FROZEN_PREFIX)
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=args.learning_rate, weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    model.train()
+    schedule = Schedule(
+        steps=5 if args.probe else args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        minutes=0.0 if args.probe else args.minutes,
+        max_tokens=args.max_tokens,
+        skip_batches=args.skip_batches,
+    )
 
-    steps = 5 if args.probe else args.steps
-    batches = length_grouped_batches(examples, args.batch_size, args.skip_batches + steps)[
-        args.skip_batches :
-    ]
+    def checkpoint(step: int) -> None:
+        if not args.probe:
+            path = args.out.with_suffix(f".step{step}.safetensors")
+            save_trained_weights(model, path, args.unfreeze_embeddings)
+
     started = time.perf_counter()
-    running = 0.0
-    for step, chunk in enumerate(batches):
-        progress = step / steps
-        if args.minutes > 0:
-            progress = max(progress, (time.perf_counter() - started) / (60 * args.minutes))
-        if progress >= 1.0:
-            print(f"time budget reached after {step} steps", flush=True)
-            break
-        for group in optimizer.param_groups:
-            group["lr"] = args.learning_rate * min((step + 1) / warmup, 1.0 - progress)
-        texts = [(pair.a, pair.b) if random.random() < 0.5 else (pair.b, pair.a) for pair in chunk]
-        batch = encode_pairs(tokenizer, texts, args.max_tokens)
-        labels = torch.tensor(
-            [
-                soft.get((pair.label, overlap_bucket(pair.a, pair.b)), float(pair.label))
-                if pair.kind == RAW_QUORA
-                else float(pair.label)
-                for pair in chunk
-            ]
-        )
-        loss = loss_fn(model(**batch), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        running = 0.98 * running + 0.02 * loss.item() if step else loss.item()
-        if not args.probe and step and step % 500 == 0:
-            save_trained_weights(
-                model, args.out.with_suffix(f".step{step}.safetensors"), args.unfreeze_embeddings
-            )
-        if args.probe or step % 50 == 0 or step == steps - 1:
-            elapsed = time.perf_counter() - started
-            print(
-                f"step {step + 1}/{steps} loss {running:.4f} {elapsed / (step + 1):.2f}s/step "
-                f"eta {elapsed / (step + 1) * (steps - step - 1) / 60:.1f} min",
-                flush=True,
-            )
+    fine_tune(
+        model,
+        tokenizer,
+        [Example(pair.a, pair.b, training_target(pair, soft)) for pair in examples],
+        schedule,
+        random.Random(SEED),
+        on_checkpoint=checkpoint,
+        log=lambda line: print(line, flush=True),
+    )
     if args.probe:
         return
-    model.eval()
     save_trained_weights(model, args.out, args.unfreeze_embeddings)
     minutes = (time.perf_counter() - started) / 60
     print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {minutes:.1f} min", flush=True)
 
 
-def length_grouped_batches(
-    examples: list[LabelledPair], batch_size: int, steps: int
-) -> list[list[LabelledPair]]:
-    """`steps` batches of similar-length pairs (less padding: ~2x faster on CPU), in random order.
-
-    The pairs are shuffled, cut into windows of 64 batches, sorted by length inside each window,
-    and the resulting batches shuffled again; the sequence depends only on the seed.
-    """
-    needed = steps * batch_size
-    stream: list[LabelledPair] = []
-    while len(stream) < needed:
-        epoch = examples[:]
-        random.shuffle(epoch)
-        stream.extend(epoch)
-    stream = stream[:needed]
-    window = 64 * batch_size
-    batches = []
-    for start in range(0, needed, window):
-        group = sorted(stream[start : start + window], key=lambda pair: len(pair.a) + len(pair.b))
-        batches.extend(group[offset : offset + batch_size] for offset in range(0, len(group), batch_size))
-    random.shuffle(batches)
-    return batches
+def training_target(pair: LabelledPair, soft: dict[tuple[int, str], float]) -> float:
+    """What a pair teaches: its label, or for a raw Quora pair P(rubric label | Quora label, overlap)."""
+    if pair.kind == RAW_QUORA:
+        return soft.get((pair.label, overlap_bucket(pair.a, pair.b)), float(pair.label))
+    return float(pair.label)
 
 
 RAW_QUORA = "quora-raw"
+# Candidates of each chatbot lookup the third stage learns from (the cache judges 3: `CacheConfig.judged`).
+LOOKUP_CANDIDATES = 3
 
 
 def training_pairs(data_dir: Path, transitive: bool = True, seed: int = SEED) -> list[LabelledPair]:
@@ -258,7 +218,9 @@ def rubric_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
     return 4 * reviewed_train + 3 * adversarial_train + made
 
 
-def rewording_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
+def rewording_pairs(
+    data_dir: Path, seed: int = SEED, lookup_candidates_k: int = LOOKUP_CANDIDATES
+) -> list[LabelledPair]:
     """The third stage's pairs: real rewordings and their hard negatives, beside what the second stage learnt.
 
     The chatbot set's train part (hand-written rewordings of a product assistant's questions: rephrase,
@@ -279,11 +241,8 @@ def rewording_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
     # Lookups in the chatbot set's scope only: the reviewed Quora sample holds many unlabelled duplicates of
     # one question (its nearest stored prompt is often a paraphrase no pair names), so its lookups would
     # teach true paraphrases as negatives.
-    looked_up = lookup_candidates(chatbot_train, LOOKUP_CANDIDATES)
+    looked_up = lookup_candidates(chatbot_train, lookup_candidates_k)
     return 4 * chatbot_train + 2 * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
-
-
-LOOKUP_CANDIDATES = 3
 
 
 def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:

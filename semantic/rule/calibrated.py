@@ -357,9 +357,15 @@ def fit_calibration(
         ranked_labels = labels[competing][order]
         hits = np.arange(1, len(ranked_labels) + 1)
         false_hit_rates = np.cumsum(ranked_labels == 0) / hits
+        # The rule serves every pair at or above the threshold (near-duplicates at any): a cut may only fall
+        # where the next pair scores strictly below it, else the tied pairs past the cut would be served too
+        # and the hits and wrong hits counted here would not be what the threshold gives. Combined scores
+        # saturate at 1.0 for a confident verifier, so ties are common at the top.
+        served_at = np.where(ranked_scores >= _DECIDED_SCORE, np.inf, np.minimum(ranked_scores, 1.0))
+        cut = np.append(np.minimum(served_at[:-1], 1.0) > served_at[1:], True)
         points = []
         for target in sorted(targets):
-            within = np.flatnonzero((false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
+            within = np.flatnonzero(cut & (false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
             if len(within) == 0:
                 continue
             count = int(within[-1]) + 1

@@ -5,8 +5,8 @@ India" / "in China"); a cross-encoder attends across the two texts and keeps the
 the packaged all-MiniLM-L6-v2 encoder in two stages (`training/train_verifier.py`: paraphrase from every
 source, then the cache's rubric alone) with the word embeddings frozen, so
 kvgate ships only the other weights and the head (`semantic/rule/verifier_weights/`, fp16) and loads them on
-top of the installed base model. This module knows how to build, load and run it; it knows nothing about
-thresholds or the cache.
+top of the installed base model. The network itself (build, load, save, tokenise) is
+`semantic/rule/pair_classifier.py`; this module runs it for the cache and knows nothing about thresholds.
 
 It runs on ONNX Runtime when it can (exported at first start from these weights and cached beside the
 embedder's export, `semantic/embedding/onnx_runtime.py`), else on torch; `runtime` says which and why.
@@ -22,9 +22,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
-from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
 
 from semantic.embedding.embedder_source import packaged_model_dir
 from semantic.embedding.onnx_runtime import (
@@ -37,6 +34,13 @@ from semantic.embedding.onnx_runtime import (
     quantize_int8,
     weights_digest,
 )
+from semantic.rule.pair_classifier import (
+    PairClassifier,
+    encode_pairs,
+    load_base_classifier,
+    load_tokenizer,
+    load_trained_weights,
+)
 
 logger = logging.getLogger("kvgate.semantic")
 
@@ -44,32 +48,9 @@ Probabilities = npt.NDArray[np.float32]
 
 WEIGHTS_FILE = Path(__file__).parent / "verifier_weights" / "verifier.safetensors"
 DEFAULT_MAX_TOKENS = 96
-# Frozen during fine-tuning and read from the installed base model: 30522 x 384 floats, most of the size.
-FROZEN_PREFIX = "encoder.embeddings.word_embeddings."
 # Int8 dynamic quantisation (ONNX only): 2.7 ms a pair instead of 6.9 ms, but at the same calibration it moved
 # recall by 0.02-0.08 on the shared pair sets (docs/benchmarks.md, hit path), so the shipped rule runs fp32.
 INT8_BY_DEFAULT = False
-
-
-class PairClassifier(nn.Module):
-    """MiniLM over `[CLS] a [SEP] b [SEP]`, mean-pooled, then one logit: same meaning or not."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.encoder = BertModel(config, add_pooling_layer=False)
-        self.dropout = nn.Dropout(0.1)
-        self.head = nn.Linear(config.hidden_size, 1)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> torch.Tensor:
-        hidden = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state  # (B, T, H)
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)
-        logits: torch.Tensor = self.head(self.dropout(pooled)).squeeze(-1)  # (B,)
-        return logits
 
 
 class PairVerifier:
@@ -168,65 +149,3 @@ def exported_classifier(weights: Path, base_dir: Path, export_dir: Path, int8: b
     if not int8:
         return fp32
     return exported(export_dir / f"{stem}-int8.onnx", lambda path: quantize_int8(fp32, path))
-
-
-def load_tokenizer(base_dir: Path) -> PreTrainedTokenizerBase:
-    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
-    return tokenizer
-
-
-def load_base_classifier(base_dir: Path) -> PairClassifier:
-    """A PairClassifier whose encoder holds the base MiniLM weights and whose head is untrained."""
-    config = BertConfig.from_pretrained(str(base_dir), local_files_only=True)
-    model = PairClassifier(config)
-    # The sentence model's pooler is unused here; everything else must be present.
-    base = {
-        name: tensor
-        for name, tensor in load_file(str(base_dir / "model.safetensors")).items()
-        if not name.startswith("pooler.")
-    }
-    missing, _ = model.encoder.load_state_dict(base, strict=False)
-    if [name for name in missing if not name.endswith("position_ids")]:
-        raise ValueError(f"base model {base_dir} lacks {missing[:3]}")
-    return model
-
-
-def load_trained_weights(model: PairClassifier, weights: Path) -> None:
-    """Overlay the fine-tuned weights; every trainable tensor must be in the file (the word embeddings may
-    be, when they were trained too)."""
-    trained = {name: tensor.float() for name, tensor in load_file(str(weights)).items()}
-    expected = {name for name in model.state_dict() if not name.startswith(FROZEN_PREFIX)}
-    missing = expected - trained.keys() - {"encoder.embeddings.position_ids"}
-    unexpected = {name for name in trained.keys() - expected if not name.startswith(FROZEN_PREFIX)}
-    if missing or unexpected:
-        raise ValueError(
-            f"verifier weights {weights} do not fit: missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}"
-        )
-    model.load_state_dict(trained, strict=False)
-
-
-def save_trained_weights(model: PairClassifier, weights: Path, word_embeddings: bool = False) -> None:
-    """Write every tensor, as fp16, except the word embeddings unless they were trained (`word_embeddings`)."""
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {
-        name: tensor.detach().to(torch.float16).contiguous()
-        for name, tensor in model.state_dict().items()
-        if (word_embeddings or not name.startswith(FROZEN_PREFIX)) and not name.endswith("position_ids")
-    }
-    save_file(tensors, str(weights))
-
-
-def encode_pairs(
-    tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]], max_tokens: int
-) -> dict[str, torch.Tensor]:
-    """Tokenise `[CLS] a [SEP] b [SEP]`, truncating the longer text first, padded to the batch."""
-    encoded = tokenizer(
-        [first for first, _ in pairs],
-        [second for _, second in pairs],
-        truncation="longest_first",
-        max_length=max_tokens,
-        padding=True,
-        return_tensors="pt",
-    )
-    return {key: encoded[key] for key in ("input_ids", "attention_mask", "token_type_ids")}

@@ -166,6 +166,25 @@ def test_fit_meets_each_target_on_the_pairs_it_was_fitted_on() -> None:
         assert (labels[hits] == 0).mean() <= point.target + 1e-9
 
 
+def test_fit_never_cuts_between_pairs_of_one_score() -> None:
+    # 60 right pairs at 0.99, then 60 at one score, 0.9, the right half listed first: a cut inside the tied
+    # block would claim 90 right of 100 (10%), but a 0.9 threshold serves all 120 (25% wrong). A 20% target
+    # is met only above the tie; at 25% the whole block joins.
+    labels = np.concatenate([np.ones(90, dtype=int), np.zeros(30, dtype=int)])
+    probabilities = np.concatenate([np.full(60, 0.99), np.full(60, 0.9)])
+    calibration = fit_calibration(
+        np.full(120, 0.9), probabilities, np.zeros(120, dtype=bool), labels,
+        low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.2, 0.25),
+    )  # fmt: skip
+    strict, loose = calibration.points
+    assert (strict.hits, strict.false_hit_rate) == (60, 0.0)
+    assert calibration.combine(0.9, 0.9) < strict.threshold
+    assert (loose.hits, loose.false_hit_rate) == (120, 0.25)
+    for point in calibration.points:
+        served = np.array([calibration.combine(0.9, p) >= point.threshold for p in probabilities])
+        assert served.sum() == point.hits and (labels[served] == 0).mean() == point.false_hit_rate
+
+
 def test_fit_stays_finite_on_an_overconfident_verifier() -> None:
     # Probabilities pinned near 0 and 1, with 10% of labels flipped: a plain Newton step diverged here.
     generator = np.random.default_rng(3)

@@ -9,16 +9,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from semantic.embedding.embedder_source import packaged_model_dir
-from semantic.rule.verifier import (
+from semantic.rule.pair_classifier import (
     FROZEN_PREFIX,
-    WEIGHTS_FILE,
-    PairVerifier,
     encode_pairs,
     load_base_classifier,
     load_tokenizer,
     load_trained_weights,
     save_trained_weights,
 )
+from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import BertConfig
+
+from semantic.rule.pair_classifier import PairClassifier, encode_pairs, load_tokenizer
+from training.training_loop import Example, Schedule, fine_tune, length_grouped_batches
+
+EXAMPLES = [
+    Example(f"text number {index}", f"text {'x' * (index % 7)}", float(index % 2)) for index in range(40)
+]
+
+
+def test_batches_are_full_cover_every_example_and_depend_only_on_the_seed() -> None:
+    first = length_grouped_batches(EXAMPLES, 8, 10, random.Random(3))
+    again = length_grouped_batches(EXAMPLES, 8, 10, random.Random(3))
+    other = length_grouped_batches(EXAMPLES, 8, 10, random.Random(4))
+    assert len(first) == 10 and all(len(batch) == 8 for batch in first)
+    assert first == again and first != other
+    shown = [example for batch in first for example in batch]
+    assert {example.a for example in shown} == {example.a for example in EXAMPLES}  # two epochs
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    from semantic.embedding.embedder_source import packaged_model_dir
+
+    return load_tokenizer(packaged_model_dir())
+
+
+def test_fine_tune_learns_and_checkpoints_on_schedule(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    model = PairClassifier(config)
+    # Same texts -> 1, texts about different things -> 0: learnable in a few dozen steps.
+    words = ["apple", "river", "engine", "garden", "violin", "planet", "copper", "winter"]
+    examples = [Example(f"the {a}", f"the {b}", float(a == b)) for a in words for b in words]
+    batch = encode_pairs(tokenizer, [(e.a, e.b) for e in examples], 16)
+    targets = torch.tensor([e.target for e in examples])
+    loss = torch.nn.BCEWithLogitsLoss()
+    with torch.no_grad():
+        before = loss(model(**batch), targets).item()
+    checkpoints: list[int] = []
+    taken = fine_tune(
+        model,
+        tokenizer,
+        examples,
+        Schedule(steps=120, batch_size=16, learning_rate=3e-3, checkpoint_every=50),
+        random.Random(0),
+        on_checkpoint=checkpoints.append,
+        log=lambda line: None,
+    )
+    with torch.no_grad():
+        after = loss(model(**batch), targets).item()
+    assert taken == 120
+    assert checkpoints == [50, 100]  # not at the last step: the caller holds the final weights
+    assert after < 0.5 * before
+    assert not model.training
