@@ -4,7 +4,6 @@ seeded sampling independent of batching, and the metrics the gateway exports."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,8 +17,6 @@ from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread
     one_torch_thread,
     random_tokens,
 )
-
-SMOLLM2_FOLDER = Path("/root/.cache/kvgate/models/SmolLM2-135M-Instruct.Q4_1.hf")
 
 
 def run(
@@ -91,11 +88,17 @@ def test_metrics_count_tokens_latencies_and_prefix_hits_and_export_to_prometheus
     assert "kvgate_engine_num_requests_running 0.0" in exported
 
 
-@pytest.mark.skipif(not SMOLLM2_FOLDER.is_dir(), reason="the SmolLM2 tokenizer is not converted locally")
 def test_incremental_detokenisation_rebuilds_multibyte_text_exactly() -> None:
-    from engine.weights.loader import load_tokenizer
+    from engine.weights.loader import ensure_hf_folder, load_tokenizer
+    from engine.weights.model_files import resolve_generator
+    from gateway.runtime.settings import Settings
 
-    tokenizer = load_tokenizer(SMOLLM2_FOLDER)
+    # The default GGUF's tokenizer, converted here if no earlier test did (a fresh clone's first run).
+    model_dir = Settings().model_dir
+    source = resolve_generator("smollm2-135m-instruct", model_dir)
+    if not source.present:
+        pytest.skip(f"default GGUF not fetched into {model_dir} (run `kvgate models`)")
+    tokenizer = load_tokenizer(ensure_hf_folder(source, model_dir))
     text = " Café ☕ naïve — 日本語 🙂🙂 end\n  indented"
     prompt = tokenizer.encode("Say:")
     token_ids = tokenizer.encode(text)
