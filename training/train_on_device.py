@@ -51,6 +51,8 @@ SHIPPED = (
 )
 SEED = 20240610
 PIECE_BYTES = 15 * 2**20
+# The selection score of weights on which no calibration target can be fitted: below any fitted one.
+UNFIT_SCORE = -100.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +142,10 @@ def run_all(args: argparse.Namespace) -> None:
     )
     metrics = [
         json.loads(line)
-        for path in sorted(args.work.glob("*.metrics.jsonl"))
+        for name in args.recipes.split(",")
+        if (path := args.work / f"{name}.metrics.jsonl").is_file()
         for line in path.read_text().splitlines()
-    ]
+    ]  # this run's recipes only: an earlier run's files may lie in the same --work
     (args.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in metrics))
     best: dict[str, dict[str, object]] = {}
     for row in metrics:
@@ -313,19 +316,22 @@ class CalibrationEvaluator:
 
     def measure(self, model: PairClassifier, device: torch.device) -> dict[str, float]:
         probabilities = self.probabilities(model, device)
-        calibration = fit_calibration(
-            self.cosines,
-            probabilities.astype(np.float32),
-            self.vetoed,
-            self.labels,
-            near_duplicates=self.near,
-            low_cosine=0.5,
-            guards=DEFAULT_GUARDS,
-            verifier_sha256="",
-            fitted_on={},
-            lookups=self.group,
-            combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
-        )
+        try:
+            calibration = fit_calibration(
+                self.cosines,
+                probabilities.astype(np.float32),
+                self.vetoed,
+                self.labels,
+                near_duplicates=self.near,
+                low_cosine=0.5,
+                guards=DEFAULT_GUARDS,
+                verifier_sha256="",
+                fitted_on={},
+                lookups=self.group,
+                combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
+            )
+        except ValueError:  # no target met on these rows (a dry run's few rows, or a broken checkpoint)
+            return {"threshold": float("inf"), "score": UNFIT_SCORE}
         threshold = calibration.threshold_for(DEFAULT_TARGET_FALSE_HIT_RATE)
         eligible = (self.cosines >= 0.5) & ~self.vetoed
         scores = np.full(len(self.labels), -np.inf)
