@@ -131,7 +131,7 @@ class EmbeddingsService:
         scope = build_scope(
             body,
             tenant=call.tenant,
-            embedder=self.completions.cache.embedder.name,
+            embedder=self.completions.cache.scope_embedder,
             secret=self.completions.scope_secret,
             endpoint=ENDPOINT,
         )

@@ -170,7 +170,7 @@ class CompletionService:
             scope = build_scope(
                 body,
                 tenant=call.tenant,
-                embedder=self.cache.embedder.name,
+                embedder=self.cache.scope_embedder,
                 secret=self.scope_secret,
                 endpoint=endpoint,
             )

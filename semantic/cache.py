@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,6 +32,7 @@ from semantic.embedding.embedder import Embedder, Vectors
 from semantic.embedding.micro_batch import MicroBatcher
 from semantic.index.sync import IndexSync
 from semantic.index.vector_index import IndexConfig, Neighbour, RebuildProgress
+from semantic.language_routing import LanguageRoutedEmbedder
 from semantic.rule.verdict import HitRule, Verdict
 from semantic.store.entries import CacheEntry, EntryStore
 from semantic.store.purge import PurgeSelector, purge
@@ -138,6 +140,14 @@ class SemanticCache:
         )
         index_config = IndexConfig(embedder.dimension, hnsw_threshold=self.config.hnsw_threshold)
         self.sync = IndexSync(store, index_config, block_ms=self.config.follow_block_ms)
+
+    @property
+    def scope_embedder(self) -> str | Callable[[str], str]:
+        """What a request's scope is built with (`build_scope`'s `embedder`): the embedder's name, or with
+        one embedder per language the function giving each prompt's."""
+        if isinstance(self.embedder, LanguageRoutedEmbedder):
+            return self.embedder.identity
+        return self.embedder.name
 
     async def start(self, progress: RebuildProgress | None = None) -> int:
         """Rebuild the index from the store and start following the change stream. Returns vectors indexed."""

@@ -33,23 +33,23 @@ from rich.table import Table
 from semantic.cache import CacheConfig, LookupKind, SemanticCache
 from semantic.embedding.embedder import Embedder, SentenceEmbedder
 from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
+from semantic.language_routing import served_embedder
 from semantic.pair_sets import LabelledPair, file_part
 from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
     MIN_LANGUAGE_PAIRS,
     SHIPPED_CALIBRATION,
-    CalibratedRule,
     Calibration,
     file_sha256,
     fit_calibration,
-    load_rule,
     measured_languages,
 )
 from semantic.rule.guards import GUARDS_BY_NAME, first_veto
 from semantic.rule.language import pair_refusal
+from semantic.rule.multilingual_rule import load_served_rule, multilingual_languages
 from semantic.rule.near_duplicate import near_duplicate_reason
-from semantic.rule.verdict import PairByPair, Verdict
+from semantic.rule.verdict import HitRule, PairByPair, Verdict
 from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
 from semantic.store.changes import RedisClient
 from semantic.store.entries import RedisEntryStore
@@ -76,7 +76,7 @@ class PairProbe(Protocol):
     async def __call__(self, pairs: Sequence[LabelledPair]) -> list[PairOutcome]: ...
 
 
-ProbeFactory = Callable[[CalibratedRule], AbstractAsyncContextManager[PairProbe]]
+ProbeFactory = Callable[[HitRule], AbstractAsyncContextManager[PairProbe]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ class EvalReport:
 class RuleProbe:
     """The rule over embedder cosines, with no store or index: what a scope holding only `a` would decide."""
 
-    def __init__(self, embedder: Embedder, rule: CalibratedRule) -> None:
+    def __init__(self, embedder: Embedder, rule: HitRule) -> None:
         self.embedder = embedder
         self.rule = rule
 
@@ -141,9 +141,10 @@ class RuleProbe:
 
 
 @asynccontextmanager
-async def rule_probe(rule: CalibratedRule) -> AsyncIterator[PairProbe]:
-    """A `ProbeFactory` for `RuleProbe` over the default embedder."""
-    yield RuleProbe(default_embedder(), rule)
+async def rule_probe(rule: HitRule) -> AsyncIterator[PairProbe]:
+    """A `ProbeFactory` for `RuleProbe` over the default embedder (with the multilingual one behind it for
+    the languages the rule judges with it)."""
+    yield RuleProbe(served_embedder(default_embedder(), multilingual_languages(rule)), rule)
 
 
 class CacheProbe:
@@ -154,7 +155,7 @@ class CacheProbe:
     questions: the served rule's decisions, with the verifier run once per batch instead of per pair.
     """
 
-    def __init__(self, cache: SemanticCache, recorder: RecordingRule, rule: CalibratedRule) -> None:
+    def __init__(self, cache: SemanticCache, recorder: RecordingRule, rule: HitRule) -> None:
         self.cache = cache
         self.recorder = recorder
         self.rule = rule
@@ -164,7 +165,7 @@ class CacheProbe:
     async def __call__(self, pairs: Sequence[LabelledPair]) -> list[PairOutcome]:
         tenants = [f"eval-{self._run}-{self._seen + index}" for index in range(len(pairs))]
         self._seen += len(pairs)
-        name = self.cache.embedder.name
+        name = self.cache.scope_embedder
         stored = [
             build_scope(_chat(pair.a), tenant=tenant, embedder=name)
             for pair, tenant in zip(pairs, tenants, strict=True)
@@ -208,7 +209,7 @@ class RecordingRule(PairByPair):
 
     name = "recording"
 
-    def __init__(self, served: CalibratedRule) -> None:
+    def __init__(self, served: HitRule) -> None:
         self.asked: dict[tuple[str, str], float] = {}
         self.served = served
 
@@ -231,12 +232,14 @@ def cache_probe(client: RedisClient, embedder: Embedder | None = None) -> ProbeF
     """A `ProbeFactory` over the real cache on `client`, under a key prefix of its own deleted afterwards."""
 
     @asynccontextmanager
-    async def factory(rule: CalibratedRule) -> AsyncIterator[PairProbe]:
+    async def factory(rule: HitRule) -> AsyncIterator[PairProbe]:
         prefix = f"kvgate:eval:{secrets.token_hex(6)}"
         recorder = RecordingRule(rule)
         cache = SemanticCache(
             RedisEntryStore(client, prefix=prefix),
-            embedder if embedder is not None else default_embedder(),
+            served_embedder(
+                embedder if embedder is not None else default_embedder(), multilingual_languages(rule)
+            ),
             recorder,
             CacheConfig(default_ttl_s=3600.0, candidates=1, judged=1),
         )
@@ -275,7 +278,7 @@ def run_eval_pairs(
     `on_progress(done, total)` is called after each batch.
     """
     pairs = file_part(path, part, limit)
-    rule = load_rule(data_dir, target)
+    rule = load_served_rule(data_dir, target)
     factory = probe_factory if probe_factory is not None else rule_probe
 
     async def run() -> list[PairOutcome]:

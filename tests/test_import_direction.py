@@ -36,6 +36,7 @@ ROOMS: dict[str, list[set[str]]] = {
             "semantic.evaluation",
             "semantic.pair_sets",
             "semantic.scope_lookups",
+            "semantic.language_routing",
         },  # the cache's flow, its measurement
         {"semantic.rule", "semantic.index"},
         {"semantic.store", "semantic.embedding"},

@@ -23,7 +23,6 @@ import functools
 import gzip
 import json
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -44,13 +43,13 @@ from semantic.rule.pair_classifier import (
     load_trained_weights,
     save_trained_weights,
 )
+from training.device_runs import run_recipes
 from training.training_loop import Example, Schedule, fine_tune
 
 SHIPPED = (
     Path(__file__).resolve().parents[1] / "semantic" / "rule" / "verifier_weights" / "verifier.safetensors"
 )
 SEED = 20240610
-PIECE_BYTES = 15 * 2**20
 # The selection score of weights on which no calibration target can be fitted: below any fitted one.
 UNFIT_SCORE = -100.0
 
@@ -123,46 +122,7 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace) -> None:
     """Start one process per recipe, wait, and copy the best checkpoints and every metric to --out."""
-    args.work.mkdir(parents=True, exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    processes = []
-    for name in args.recipes.split(","):
-        command = [sys.executable, __file__, "--recipe", name]
-        for option in ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows", "start"):
-            command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
-        command += ["--out", str(args.out)]
-        with (args.work / f"{name}.log").open("w") as log:
-            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-    codes = [process.wait() for process in processes]
-    log_path = args.out / "train.log"
-    log_path.write_text(
-        "".join((args.work / f"{name}.log").read_text() for name in args.recipes.split(","))
-        + f"recipes exited {codes} after {(time.perf_counter() - started) / 60:.1f} min\n"
-    )
-    metrics = [
-        json.loads(line)
-        for name in args.recipes.split(",")
-        if (path := args.work / f"{name}.metrics.jsonl").is_file()
-        for line in path.read_text().splitlines()
-    ]  # this run's recipes only: an earlier run's files may lie in the same --work
-    (args.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in metrics))
-    best: dict[str, dict[str, object]] = {}
-    for row in metrics:
-        recipe = str(row["recipe"])
-        if recipe not in best or float(row["score"]) > float(best[recipe]["score"]):  # type: ignore[arg-type]
-            best[recipe] = row
-    chosen = sorted(best.values(), key=lambda row: -float(row["score"]))[: args.keep]  # type: ignore[arg-type]
-    for row in chosen:
-        source = args.work / f"{row['recipe']}.best.safetensors"
-        data = source.read_bytes()
-        for index, offset in enumerate(range(0, len(data), PIECE_BYTES)):
-            piece = args.out / f"{row['recipe']}.step{row['step']}.safetensors.part-{index}"
-            piece.write_bytes(data[offset : offset + PIECE_BYTES])
-        print(f"kept {row['recipe']} step {row['step']}: score {row['score']:.4f}", flush=True)
-    print(log_path.read_text()[-6000:], flush=True)
-    if any(codes):
-        raise SystemExit(f"a recipe failed: exit codes {codes}")
+    run_recipes(__file__, args, ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows", "start"))
 
 
 def run_recipe(args: argparse.Namespace) -> None:

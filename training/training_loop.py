@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -46,7 +47,7 @@ class Schedule:
 
 def fine_tune(
     model: PairClassifier,
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase | Any,
     examples: list[Example],
     schedule: Schedule,
     rng: random.Random,
@@ -54,12 +55,14 @@ def fine_tune(
     device: torch.device | None = None,
     on_checkpoint: Callable[[int], None] | None = None,
     log: Callable[[str], None] = print,
+    encode: Callable[[Any, Sequence[tuple[str, str]], int], dict[str, torch.Tensor]] = encode_pairs,
 ) -> int:
     """Train the parameters of `model` that require grad; returns the steps taken.
 
     Each example is shown in a random order (a, b) or (b, a); binary cross-entropy on the target. On CUDA
     the forward pass runs in bf16 autocast (the weights and the optimiser stay fp32). `on_checkpoint(step)`
     is called every `schedule.checkpoint_every` steps before the last (the caller has the final weights).
+    `encode` turns (a, b) pairs into the network's inputs (default: the MiniLM tokenizer's `[CLS] a [SEP] b`).
     """
     device = device or torch.device("cpu")
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
@@ -84,8 +87,7 @@ def fine_tune(
             group["lr"] = schedule.learning_rate * min((step + 1) / warmup, 1.0 - progress)
         texts = [(ex.a, ex.b) if rng.random() < 0.5 else (ex.b, ex.a) for ex in chunk]
         batch = {
-            key: value.to(device)
-            for key, value in encode_pairs(tokenizer, texts, schedule.max_tokens).items()
+            key: value.to(device) for key, value in encode(tokenizer, texts, schedule.max_tokens).items()
         }
         labels = torch.tensor([ex.target for ex in chunk], device=device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):

@@ -7,7 +7,9 @@ defaults, and take turns on the same lookups: each embeds `b` (one text, as a lo
 against `a` the way the cache does (`quick_verdict`, then the verifier only when that is undecided), at
 the default target. Lookups are pairs of the development sets' test parts with cosine at or above the
 rule's gate, so each is a lookup that found a candidate; the verifier runs where the rule needs it.
-Prints p50 / p90 per rule and the ratio, and how often each rule's verifier ran.
+Prints p50 / p90 per rule and the ratio, and how often each rule's verifier ran. The working tree runs as
+the gateway serves it: the language-routed embedder and rule (`semantic/language_routing.py`,
+`semantic/rule/multilingual_rule.py`); these English lookups stay with the English models.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.embedding.embedder import Embedder
 from semantic.evaluation import default_embedder
+from semantic.language_routing import served_embedder
 from semantic.pair_sets import ADVERSARIAL_FILE, REVIEWED_FILE, LabelledPair, file_part
-from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration, load_rule
+from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration
+from semantic.rule.multilingual_rule import LanguageRoutedRule, load_served_rule, multilingual_languages
+from semantic.rule.verdict import HitRule
 from semantic.rule.verifier import PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -45,8 +50,15 @@ def rule_at(revision: str, workdir: Path) -> CalibratedRule:
     return CalibratedRule(PairVerifier(weights=weights), Calibration.load(calibration))
 
 
+def english_calibration(rule: HitRule) -> Calibration:
+    english = rule.english if isinstance(rule, LanguageRoutedRule) else rule
+    if not isinstance(english, CalibratedRule):
+        raise TypeError(f"{rule.name} has no English calibration")
+    return english.calibration
+
+
 def time_lookup(
-    embedder: Embedder, rule: CalibratedRule, pair: LabelledPair, stored: np.ndarray
+    embedder: Embedder, rule: HitRule, pair: LabelledPair, stored: np.ndarray
 ) -> tuple[float, bool]:
     started = time.perf_counter()
     vector = embedder.embed([pair.b])[0]
@@ -71,25 +83,30 @@ def main() -> None:
 
     embedder = default_embedder()
     with tempfile.TemporaryDirectory() as workdir:
-        rules = {f"{args.baseline_rev} (baseline)": rule_at(args.baseline_rev, Path(workdir)),
-                 "working tree": load_rule()}  # fmt: skip
+        served = load_served_rule()
+        rules: dict[str, HitRule] = {f"{args.baseline_rev} (baseline)": rule_at(args.baseline_rev, Path(workdir)),
+                                     "working tree": served}  # fmt: skip
+        embedders: dict[str, Embedder] = {
+            f"{args.baseline_rev} (baseline)": embedder,
+            "working tree": served_embedder(embedder, multilingual_languages(served)),
+        }
         pairs = file_part(args.data_dir / REVIEWED_FILE, "test") + file_part(
             args.data_dir / ADVERSARIAL_FILE, "test"
         )
         stored = embedder.embed([pair.a for pair in pairs])
         looked_up = embedder.embed([pair.b for pair in pairs])
         cosines = (stored * looked_up).sum(axis=1)
-        gate = min(rule.calibration.low_cosine for rule in rules.values())
+        gate = min(english_calibration(rule).low_cosine for rule in rules.values())
         candidates = [index for index in range(len(pairs)) if cosines[index] >= gate]
         chosen = random.Random(3).sample(candidates, min(args.lookups, len(candidates)))
         timings: dict[str, list[float]] = {name: [] for name in rules}
         verified: dict[str, int] = {name: 0 for name in rules}
-        for rule in rules.values():  # warm-up: first calls build sessions and caches
+        for name, rule in rules.items():  # warm-up: first calls build sessions and caches
             for index in chosen[:10]:
-                time_lookup(embedder, rule, pairs[index], stored[index])
+                time_lookup(embedders[name], rule, pairs[index], stored[index])
         for index in chosen:
             for name, rule in rules.items():
-                seconds, ran = time_lookup(embedder, rule, pairs[index], stored[index])
+                seconds, ran = time_lookup(embedders[name], rule, pairs[index], stored[index])
                 timings[name].append(seconds * 1000)
                 verified[name] += ran
     print(f"{len(chosen)} lookups with a candidate at cosine >= {gate} (test parts), target "

@@ -40,7 +40,8 @@ from semantic.cache import CacheConfig, SemanticCache
 from semantic.embedding.embedder import SentenceEmbedder
 from semantic.embedding.embedder_source import resolve_embedder
 from semantic.index.vector_index import rich_progress
-from semantic.rule.calibrated import load_rule as load_calibrated_rule
+from semantic.language_routing import served_embedder
+from semantic.rule.multilingual_rule import load_served_rule, multilingual_languages
 from semantic.rule.verdict import HitRule
 from semantic.store.entries import RedisEntryStore
 
@@ -110,17 +111,24 @@ def create_app(
         if register_metrics is not None:
             register_metrics(app.state.metrics.scrape)
         try:
-            embedder = await asyncio.to_thread(
+            threads = settings.threads_for_inference(plan.workers if plan is not None else 1)
+            english_embedder = await asyncio.to_thread(
                 SentenceEmbedder,
                 resolve_embedder(settings.embedder),
                 settings.inference_runtime,
                 settings.export_dir,
-                settings.threads_for_inference(plan.workers if plan is not None else 1),
+                threads,
+            )
+            rule = await asyncio.to_thread(load_rule, settings, plan.workers if plan is not None else 1)
+            # Prompts in the languages the multilingual rule judges are embedded by multilingual-e5, into
+            # scopes of their own (semantic/language_routing.py).
+            embedder = await asyncio.to_thread(
+                served_embedder, english_embedder, multilingual_languages(rule), threads
             )
             cache = SemanticCache(
                 RedisEntryStore(store.client),
                 embedder,
-                await asyncio.to_thread(load_rule, settings, plan.workers if plan is not None else 1),
+                rule,
                 CacheConfig(default_ttl_s=settings.cache_ttl_s),
             )
             with rich_progress("rebuilding the semantic index from the store") as progress:
@@ -129,7 +137,9 @@ def create_app(
             app.state.metrics.watch_index(lambda: len(sync.index), lambda: sync.rebuilds_running)
             logger.info("semantic index rebuilt from the store: %d vectors", indexed)
             app.state.store = store
-            app.state.embedder = embedder
+            app.state.embedder = (
+                english_embedder  # /healthz describes it; multilingual prompts: semantic_languages
+            )
             app.state.backend = backend
             app.state.generator_source = resolve_generator(settings.generator, settings.model_dir)
             app.state.service = CompletionService(
@@ -271,8 +281,9 @@ def make_breakers(settings: Settings, metrics: GatewayMetrics) -> dict[str, Circ
 
 
 def load_rule(settings: Settings, workers: int = 1) -> HitRule:
-    """The calibrated rule at the configured target (a `kvgate calibrate` file in the data dir wins)."""
-    return load_calibrated_rule(
+    """The served rule at the configured target: the calibrated English rule (a `kvgate calibrate` file in
+    the data dir wins) and the multilingual rule for the languages it was calibrated on."""
+    return load_served_rule(
         settings.data_dir,
         settings.target_false_hit_rate,
         runtime=settings.inference_runtime,

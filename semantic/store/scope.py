@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,13 +85,15 @@ def build_scope(
     request: Mapping[str, Any],
     *,
     tenant: str,
-    embedder: str,
+    embedder: str | Callable[[str], str],
     secret: bytes = b"",
     endpoint: str | None = None,
 ) -> RequestScope:
     """The scope of an OpenAI chat (`messages`) or completions (`prompt`) request body.
 
-    `embedder` is the embedder's identity (its name): vectors of two embedders are not comparable.
+    `embedder` is the embedder's identity (its name), or a function of the compared prompt giving it (one
+    embedder per language, `semantic/language_routing.py`): vectors of two embedders are not
+    comparable, so they never share a scope.
     `secret` keys the digests; every replica sharing a Redis must use the same one.
     Raises `ValueError` for a body that is neither a chat nor a completions request. `endpoint` names another
     API whose one input is given as `prompt` (e.g. one input of an embeddings request): a scope of its own.
@@ -112,7 +114,7 @@ def build_scope(
         "tenant": tenant,
         "endpoint": endpoint,
         "model": model,
-        "embedder": embedder,
+        "embedder": embedder if isinstance(embedder, str) else embedder(prompt),
         "context": context,
         "params": params,
     }

@@ -237,3 +237,21 @@ def test_a_conversation_with_tool_results_is_exact_only() -> None:
     scope = make_scope("ignored", messages=messages)
     assert scope.prompt == "And tomorrow?" and scope.semantic_refusal == "tool results in the conversation"
     assert make_scope("What is the capital of France?", n=1, logprobs=False).semantic
+
+
+def test_an_embedder_per_language_splits_only_the_languages_it_routes() -> None:
+    """With one embedder per language, an English prompt keeps the scope a plain name gives it; a Chinese
+    prompt, embedded by another model, gets a scope of its own and keeps its exact key within it."""
+
+    def identity(prompt: str) -> str:
+        return f"multilingual/{prompt[:1]}" if not prompt.isascii() else EMBEDDER
+
+    english = make_request()
+    chinese = make_request(messages=[{"role": "user", "content": "怎样才能不晕车？"}])
+    assert same_place(
+        build_scope(english, tenant="acme", embedder=identity),
+        build_scope(english, tenant="acme", embedder=EMBEDDER),
+    )
+    routed = build_scope(chinese, tenant="acme", embedder=identity)
+    assert routed.scope_id != build_scope(chinese, tenant="acme", embedder=EMBEDDER).scope_id
+    assert same_place(routed, build_scope(chinese, tenant="acme", embedder=identity))

@@ -1,0 +1,222 @@
+"""The multilingual rule on `multilingual_dev.jsonl`, language by language; optionally fit its thresholds.
+
+    .venv/bin/python bench/semantic/bench_multilingual.py                       # report only
+    .venv/bin/python bench/semantic/bench_multilingual.py --write-calibration   # refit the shipped thresholds
+
+Rows of a part: its pairs (each language's, and the cross-language ones), and what a lookup meets in one
+scope per language holding the part's `a`s (every new `b` against its `judged` nearest stored prompts, by
+multilingual-e5 cosine, as the cache judges them). Thresholds are fitted per language on the calibration
+part (pairs, and the best-scored candidate of each lookup) at each target; every figure is then read on the
+test part, which nothing was fitted or trained on. "different questions" counts, per language, every
+test-part prompt looked up in a scope holding every other prompt of that language, and the hits that serve
+a prompt of another paraphrase group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from semantic.embedding.multilingual_embedder import MultilingualEmbedder
+from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, text_groups
+from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
+from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule
+from semantic.rule.multilingual_verifier import (
+    CALIBRATION_FILE,
+    WEIGHTS_FILE,
+    MultilingualVerifier,
+    fit_shared_threshold,
+)
+from semantic.scope_lookups import populated_scope, scope_lookups
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
+TARGETS = (0.005, 0.01, 0.02, 0.05, 0.1)
+JUDGED = 3  # CacheConfig.judged
+
+
+@dataclass
+class Rows:
+    """One part's rows: (query, candidate) pairs with label, language, lookup id (-1: a lone pair), cosine."""
+
+    pairs: list[tuple[str, str]]
+    labels: list[int]
+    languages: list[str]
+    lookups: list[int]
+    cosines: list[float]
+    kinds: list[str]
+
+
+def part_rows(part: list[LabelledPair], embedder: MultilingualEmbedder) -> Rows:
+    rows = Rows([], [], [], [], [], [])
+    stored, looked_up = embedder.embed([p.a for p in part]), embedder.embed([p.b for p in part])
+    for pair, cosine in zip(part, (stored * looked_up).sum(axis=1).tolist(), strict=True):
+        rows.pairs.append((pair.b, pair.a))
+        rows.labels.append(pair.label)
+        rows.languages.append(pair.lang if pair.lang in LANGUAGES else "x")
+        rows.lookups.append(-1)
+        rows.cosines.append(cosine)
+        rows.kinds.append(pair.kind or "")
+    lookup = 0
+    for language in LANGUAGES:
+        scope = populated_scope([pair for pair in part if pair.lang == language])
+        found = scope_lookups(
+            scope,
+            embedder.embed(list(scope.stored)),
+            embedder.embed([pair.b for pair in scope.queries]),
+            JUDGED,
+        )
+        for item in found:
+            for candidate, similarity, paraphrase in zip(
+                item.candidates, item.similarities, item.paraphrase, strict=True
+            ):
+                rows.pairs.append((item.query, candidate))
+                rows.labels.append(int(paraphrase))
+                rows.languages.append(language)
+                rows.lookups.append(lookup)
+                rows.cosines.append(similarity)
+                rows.kinds.append("lookup")
+            lookup += 1
+    return rows
+
+
+def scores_of(rule: MultilingualRule, rows: Rows) -> np.ndarray:
+    """The rule's score per row with every threshold at 0: the verifier's probability, 1.0 for the same
+    words, 0 for a pair the cheap checks refuse."""
+    verdicts = rule.judge_many(rows.pairs, rows.cosines)
+    return np.array(
+        [
+            verdict.score if verdict.hit or verdict.reason == "verifier refused" else 0.0
+            for verdict in verdicts
+        ]
+    )
+
+
+def different_questions(
+    part: list[LabelledPair], embedder: MultilingualEmbedder, rule: MultilingualRule
+) -> dict[str, tuple[int, list[tuple[str, str]]]]:
+    """Per language: the lookups, and the hits serving a prompt of another paraphrase group (query,
+    candidate), every prompt of the part looked up among all the others of its language."""
+    result = {}
+    for language in LANGUAGES:
+        pairs = [pair for pair in part if pair.lang == language]
+        groups = text_groups(pair for pair in pairs if pair.label == 1)
+        texts = sorted({text for pair in pairs for text in (pair.a, pair.b)})
+        vectors = embedder.embed(texts)
+        similarities = vectors @ vectors.T
+        np.fill_diagonal(similarities, -np.inf)
+        questions, cosines = [], []
+        for row, text in enumerate(texts):
+            for column in np.argsort(-similarities[row])[:JUDGED]:
+                questions.append((text, texts[column]))
+                cosines.append(float(similarities[row, column]))
+        verdicts = rule.judge_many(questions, cosines)
+        wrong: list[tuple[str, str]] = []
+        for row in range(len(texts)):
+            judged = verdicts[row * JUDGED : (row + 1) * JUDGED]
+            hits = [index for index, verdict in enumerate(judged) if verdict.hit]
+            if hits:
+                best = max(hits, key=lambda index: judged[index].score)
+                query, candidate = questions[row * JUDGED + best]
+                if groups.get(query) is None or groups.get(query) != groups.get(candidate):
+                    wrong.append((query, candidate))
+        result[language] = (len(texts), wrong)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE)
+    parser.add_argument("--write-calibration", action="store_true")
+    parser.add_argument("--target", type=float, default=DEFAULT_TARGET_FALSE_HIT_RATE)
+    args = parser.parse_args()
+    embedder = MultilingualEmbedder()
+    verifier = MultilingualVerifier(args.weights, threads=2)
+    open_rule = MultilingualRule(
+        verifier, LanguageThresholds({code: {1.0: 0.0} for code in LANGUAGES}, "", {}), 1.0
+    )
+    started = time.perf_counter()
+    parts = {name: file_part(args.data_dir / MULTILINGUAL_FILE, name) for name in ("calibration", "test")}
+    rows = {name: part_rows(part, embedder) for name, part in parts.items()}
+    scores = {name: scores_of(open_rule, rows[name]) for name in rows}
+    print(f"scored {sum(len(r.pairs) for r in rows.values())} rows in {time.perf_counter() - started:.1f} s")
+
+    calibration = rows["calibration"]
+    fitted: dict[str, dict[float, float]] = {}
+    same_language = np.array([code in LANGUAGES for code in calibration.languages])
+    for target in TARGETS:
+        shared = fit_shared_threshold(
+            scores["calibration"][same_language],
+            np.array(calibration.labels)[same_language],
+            np.array(calibration.languages)[same_language],
+            target,
+            np.array(calibration.lookups)[same_language],
+        )
+        if shared is not None:
+            for code in LANGUAGES:
+                fitted.setdefault(code, {})[target] = shared
+    counts = {code: calibration.languages.count(code) for code in LANGUAGES}
+    thresholds = LanguageThresholds(fitted, file_sha256(args.weights), counts)
+    if args.write_calibration:
+        print(f"wrote {thresholds.save(CALIBRATION_FILE)}")
+    rule = MultilingualRule(verifier, thresholds, args.target)
+    print(f"target {args.target}: languages served {', '.join(rule.languages) or 'none'}")
+
+    test = rows["test"]
+    score = scores["test"]
+    labels = np.array(test.labels)
+    languages = np.array(test.languages)
+    lookups = np.array(test.lookups)
+    print("\ntest part, pairs (precision / recall, hits) and lookups (served a paraphrase / wrong):")
+    print(
+        f"{'language':<9} {'threshold':>9} {'P':>6} {'R':>6} {'hits':>5} {'wrong':>5}   {'lookups':>7} {'right':>5} {'wrong':>5}"
+    )
+    for code in LANGUAGES:
+        threshold = thresholds.threshold(code, args.target)
+        pair_rows = (languages == code) & (lookups < 0)
+        hits = pair_rows & (score >= threshold)
+        wrong = int((hits & (labels == 0)).sum())
+        positives = int((pair_rows & (labels == 1)).sum())
+        precision = 1 - wrong / hits.sum() if hits.sum() else 1.0
+        recall = (hits & (labels == 1)).sum() / max(positives, 1)
+        served = right = total = 0
+        for lookup in np.unique(lookups[(languages == code) & (lookups >= 0)]):
+            members = np.flatnonzero(lookups == lookup)
+            best = members[np.argmax(score[members])]
+            total += 1
+            if score[best] >= threshold:
+                served += 1
+                right += int(labels[best])
+        print(
+            f"{code:<9} {threshold:>9.5f} {precision:>6.3f} {recall:>6.3f} {int(hits.sum()):>5} {wrong:>5}   {total:>7} {right:>5} {served - right:>5}"
+        )
+    cross = (languages == "x") & (score > 0)
+    print(f"cross-language pairs scored above 0: {int(cross.sum())} of {int((languages == 'x').sum())}")
+    kinds = np.array(test.kinds)
+    print("\nby kind, all languages (hits / pairs):")
+    for kind in sorted(set(test.kinds) - {"lookup", "crosslang"}):
+        members = (kinds == kind) & (lookups < 0) & (languages != "x")
+        served_here = sum(
+            score[index] >= thresholds.threshold(str(languages[index]), args.target)
+            for index in np.flatnonzero(members)
+        )
+        print(f"  {kind:<13} label {int(labels[members][0])}: {served_here}/{int(members.sum())}")
+    print("\ndifferent questions served for each other (test part, every prompt against every other):")
+    for code, (looked, wrong) in different_questions(parts["test"], embedder, rule).items():
+        print(f"  {code}: {len(wrong)} of {looked} lookups")
+        for query, candidate in wrong:
+            print(f"      {query}  ->  {candidate}")
+
+
+if __name__ == "__main__":
+    main()
