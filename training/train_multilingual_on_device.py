@@ -55,6 +55,9 @@ class Recipe:
     examples: tuple[str, ...]  # bundle example files, concatenated (a name twice shows it twice)
     learning_rate: float
     batch_size: int
+    from_start: bool = False  # from `--start` (the shipped weights) instead of the base model
+    ranking_weight: float = 0.0  # `Schedule.ranking_weight`
+    ranking_margin: float = 1.0
 
 
 RECIPES: dict[str, Recipe] = {
@@ -62,7 +65,18 @@ RECIPES: dict[str, Recipe] = {
     "mix-ml2": Recipe(("multilingual", "multilingual", "english"), 3e-5, 32),
     "mix-hot": Recipe(("multilingual", "multilingual", "english"), 5e-5, 64),
     "ml-only": Recipe(("multilingual",), 3e-5, 32),
+    # Second run: from the shipped `mix` weights, with a ranking term against the saturated top (confident
+    # positives and negatives sharing logit ~4.7).
+    "rank1": Recipe(("multilingual", "multilingual", "english"), 2e-5, 32, True, 1.0, 1.0),
+    "rank3": Recipe(("multilingual", "multilingual", "english"), 2e-5, 32, True, 3.0, 2.0),
 }
+SHIPPED = (
+    Path(__file__).resolve().parents[1]
+    / "semantic"
+    / "rule"
+    / "verifier_weights"
+    / "multilingual.safetensors"
+)
 
 
 def main() -> None:
@@ -79,6 +93,9 @@ def main() -> None:
     parser.add_argument("--recipe")
     parser.add_argument("--work", type=Path, default=Path("/tmp/ml-verifier-work"))
     parser.add_argument("--eval-rows", type=int, default=0)
+    parser.add_argument(
+        "--start", type=Path, default=SHIPPED, help="weights the `from_start` recipes start from"
+    )
     args = parser.parse_args()
     if args.recipe:
         run_recipe(args)
@@ -87,7 +104,7 @@ def main() -> None:
 
 
 def run_all(args: argparse.Namespace) -> None:
-    run_recipes(__file__, args, ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows"))
+    run_recipes(__file__, args, ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows", "start"))
 
 
 def run_recipe(args: argparse.Namespace) -> None:
@@ -100,7 +117,7 @@ def run_recipe(args: argparse.Namespace) -> None:
     began = time.perf_counter()
     base_dir = args.bundle / "base"
     tokenizer = bundle_tokenizer(base_dir)
-    model = bundle_classifier(base_dir).to(device)
+    model = bundle_classifier(base_dir, args.start if recipe.from_start else None).to(device)
     for parameter_name, parameter in model.named_parameters():
         parameter.requires_grad = not parameter_name.startswith(FROZEN_PREFIX)
     evaluator = LanguageEvaluator(args.bundle, tokenizer, args.eval_rows)
@@ -131,6 +148,8 @@ def run_recipe(args: argparse.Namespace) -> None:
         minutes=args.minutes,
         max_tokens=96,
         checkpoint_every=args.eval_every,
+        ranking_weight=recipe.ranking_weight,
+        ranking_margin=recipe.ranking_margin,
     )
     log(f"{len(examples)} examples, lr {recipe.learning_rate}, bs {recipe.batch_size}")
     taken = fine_tune(
@@ -162,10 +181,14 @@ def bundle_classifier(base_dir: Path, weights: Path | None = None) -> PairClassi
     from transformers import BertConfig
 
     model = PairClassifier(BertConfig.from_pretrained(str(base_dir), local_files_only=True))
-    encoder = read_multilingual_weights(base_dir / "encoder.safetensors")
-    missing, _ = model.encoder.load_state_dict(encoder, strict=False)
-    if [name for name in missing if "word_embeddings" not in name and not name.endswith("position_ids")]:
-        raise ValueError(f"bundle lacks {missing[:3]}")
+    # A bundle may leave the base encoder out when `weights` (which hold every one of its tensors) are given.
+    if (base_dir / "encoder.safetensors").is_file():
+        encoder = read_multilingual_weights(base_dir / "encoder.safetensors")
+        missing, _ = model.encoder.load_state_dict(encoder, strict=False)
+        if [name for name in missing if "word_embeddings" not in name and not name.endswith("position_ids")]:
+            raise ValueError(f"bundle lacks {missing[:3]}")
+    elif weights is None:
+        raise ValueError(f"{base_dir} holds no encoder.safetensors: give trained weights to start from")
     rows = load_file(str(base_dir / "word_embeddings.safetensors"))
     with torch.no_grad():
         table = model.encoder.embeddings.word_embeddings.weight

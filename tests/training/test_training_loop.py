@@ -7,7 +7,7 @@ import torch
 from transformers import BertConfig
 
 from semantic.rule.pair_classifier import PairClassifier, encode_pairs, load_tokenizer
-from training.training_loop import Example, Schedule, fine_tune, length_grouped_batches
+from training.training_loop import Example, Schedule, fine_tune, length_grouped_batches, ranking_loss
 
 EXAMPLES = [
     Example(f"text number {index}", f"text {'x' * (index % 7)}", float(index % 2)) for index in range(40)
@@ -62,3 +62,13 @@ def test_fine_tune_learns_and_checkpoints_on_schedule(tokenizer) -> None:  # typ
     assert checkpoints == [50, 100]  # not at the last step: the caller holds the final weights
     assert after < 0.5 * before
     assert not model.training
+
+
+def test_ranking_loss_charges_only_negatives_within_the_margin_of_a_positive() -> None:
+    targets = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    apart = torch.tensor([5.0, 4.0, 2.0, -3.0])  # every positive at least 2 above every negative
+    assert ranking_loss(apart, targets, margin=1.0).item() == 0.0
+    close = torch.tensor([4.7, 4.7, 4.7, -3.0])  # a confident negative level with the positives
+    # Pairs (4.7, 4.7) cost the margin, 1.0 each; pairs against -3.0 nothing: (1 + 1 + 0 + 0) / 4.
+    assert ranking_loss(close, targets, margin=1.0).item() == pytest.approx(0.5)
+    assert ranking_loss(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]), margin=1.0).item() == 0.0
