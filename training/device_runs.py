@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PIECE_BYTES = 15 * 2**20  # what comes back from the device machine must be under 16 MiB a file
@@ -63,3 +65,30 @@ def keep_best(metrics: list[dict[str, object]], work: Path, out: Path, keep: int
             piece = out / f"{row['recipe']}.step{row['step']}.safetensors.part-{index}"
             piece.write_bytes(data[offset : offset + PIECE_BYTES])
         print(f"kept {row['recipe']} step {row['step']}: {json.dumps(row)}", flush=True)
+
+
+def checkpoint_keeper(
+    name: str,
+    work: Path,
+    measure: Callable[[], dict[str, float]],
+    save: Callable[[Path], None],
+    log: Callable[[str], None],
+) -> Callable[[int], None]:
+    """`evaluate(step)` for one recipe process: `measure()` the current weights, append the row to
+    `<work>/<name>.metrics.jsonl`, and `save` them as `<work>/<name>.best.safetensors` when they score best."""
+    metrics_path = work / f"{name}.metrics.jsonl"
+    metrics_path.unlink(missing_ok=True)
+    best_score = -math.inf
+
+    def evaluate(step: int) -> None:
+        nonlocal best_score
+        found = measure()
+        row = {"recipe": name, "step": step, **found}
+        with metrics_path.open("a") as lines:
+            lines.write(json.dumps(row) + "\n")
+        log(json.dumps(row))
+        if found["score"] > best_score:
+            best_score = found["score"]
+            save(work / f"{name}.best.safetensors")
+
+    return evaluate

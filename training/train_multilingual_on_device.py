@@ -43,7 +43,7 @@ from semantic.rule.multilingual_verifier import (
     save_multilingual_weights,
 )
 from semantic.rule.pair_classifier import FROZEN_PREFIX, PairClassifier
-from training.device_runs import run_recipes
+from training.device_runs import checkpoint_keeper, run_recipes
 from training.training_loop import Example, Schedule, fine_tune
 
 SEED = 20240610
@@ -121,23 +121,17 @@ def run_recipe(args: argparse.Namespace) -> None:
     for parameter_name, parameter in model.named_parameters():
         parameter.requires_grad = not parameter_name.startswith(FROZEN_PREFIX)
     evaluator = LanguageEvaluator(args.bundle, tokenizer, args.eval_rows)
-    metrics_path = args.work / f"{name}.metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
-    best_score = -np.inf
 
     def log(line: str) -> None:
         print(f"[{name} {time.perf_counter() - began:6.1f}s] {line}", flush=True)
 
-    def evaluate(step: int) -> None:
-        nonlocal best_score
-        found = evaluator.measure(model, device)
-        row = {"recipe": name, "step": step, **found}
-        with metrics_path.open("a") as lines:
-            lines.write(json.dumps(row) + "\n")
-        log(json.dumps(row))
-        if found["score"] > best_score:
-            best_score = found["score"]
-            save_multilingual_weights(model, args.work / f"{name}.best.safetensors")
+    evaluate = checkpoint_keeper(
+        name,
+        args.work,
+        lambda: evaluator.measure(model, device),
+        lambda path: save_multilingual_weights(model, path),
+        log,
+    )
 
     evaluate(0)
     examples = [example for stage in recipe.examples for example in read_examples(args.bundle, stage)]

@@ -43,7 +43,7 @@ from semantic.rule.pair_classifier import (
     load_trained_weights,
     save_trained_weights,
 )
-from training.device_runs import run_recipes
+from training.device_runs import checkpoint_keeper, run_recipes
 from training.training_loop import Example, Schedule, fine_tune
 
 SHIPPED = (
@@ -141,24 +141,18 @@ def run_recipe(args: argparse.Namespace) -> None:
     known = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
     known[load_file(str(base_dir / "word_embeddings.safetensors"))["ids"]] = True
     evaluator = CalibrationEvaluator(args.bundle, tokenizer, known, args.eval_rows)
-    metrics_path = args.work / f"{name}.metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
-    best_score = -np.inf
     steps_before = 0
 
     def log(line: str) -> None:
         print(f"[{name} {time.perf_counter() - began:6.1f}s] {line}", flush=True)
 
-    def evaluate(step: int) -> None:
-        nonlocal best_score
-        found = evaluator.measure(model, device)
-        row = {"recipe": name, "step": step, **found}
-        with metrics_path.open("a") as lines:
-            lines.write(json.dumps(row) + "\n")
-        log(json.dumps(row))
-        if found["score"] > best_score:
-            best_score = found["score"]
-            save_trained_weights(model, args.work / f"{name}.best.safetensors")
+    evaluate = checkpoint_keeper(
+        name,
+        args.work,
+        lambda: evaluator.measure(model, device),
+        lambda path: save_trained_weights(model, path),
+        log,
+    )
 
     evaluate(0)
     for stage in stages:

@@ -24,9 +24,8 @@ from semantic.rule import language
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, PairScorer, file_sha256, load_rule
 from semantic.rule.guards import NUMBERS
 from semantic.rule.multilingual_guards import task_differs
+from semantic.rule.multilingual_verifier import MIN_COSINE
 from semantic.rule.verdict import HitRule, Verdict
-
-MIN_COSINE = 0.8  # see semantic/rule/multilingual_verifier.py
 
 
 @dataclass(frozen=True, slots=True)
