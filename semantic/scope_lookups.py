@@ -10,17 +10,30 @@ prompt that no pair relates to the lookup counts as wrong: the conservative read
 
 Used to fit the shipped calibration on lookups as well as on pairs (bench/semantic/bench_rule.py), and by
 bench/semantic/bench_rewordings.py, which runs the same lookups through the real cache.
+
+`every_prompt_served` is the harsher layout: every text of a set stored in one scope and each looked up among
+all the others, as a busy scope meets a question it has never seen (issue 31's "no hit between different
+questions"; bench/semantic/bench_multilingual.py and tests/semantic/rule/test_multilingual_served.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from semantic.pair_sets import LabelledPair, text_groups
+
+
+class _Judged(Protocol):
+    hit: bool
+    score: float
+
+
+JudgeMany = Callable[[list[tuple[str, str]], list[float]], Sequence[_Judged]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +103,46 @@ def scope_lookups(
             )
         )
     return lookups
+
+
+@dataclass(frozen=True, slots=True)
+class ServedPrompt:
+    """What one lookup of `every_prompt_served` served: the stored prompt and whether pairs join the two."""
+
+    query: str
+    served: str
+    paraphrase: bool
+
+
+def every_prompt_served(
+    pairs: Sequence[LabelledPair],
+    embed: Callable[[list[str]], npt.NDArray[np.float32]],
+    judge_many: JudgeMany,
+    k: int,
+) -> tuple[int, list[ServedPrompt]]:
+    """Every text of `pairs` looked up in a scope holding all the others: its `k` nearest (cosine of `embed`'s
+    unit vectors) judged by `judge_many`, the accepted one scored highest served, as the cache serves.
+    Returns the lookups made and what each hit served; a served prompt that no positive pair joins to the
+    query counts as not a paraphrase (the conservative reading, as above)."""
+    groups = text_groups(pair for pair in pairs if pair.label == 1)
+    texts = sorted({text for pair in pairs for text in (pair.a, pair.b)})
+    if len(texts) < 2:
+        return len(texts), []
+    vectors = embed(texts)
+    similarities = vectors @ vectors.T
+    np.fill_diagonal(similarities, -np.inf)
+    nearest = np.argsort(-similarities, axis=1, kind="stable")[:, : min(k, len(texts) - 1)]
+    width = nearest.shape[1]
+    questions = [(texts[row], texts[column]) for row in range(len(texts)) for column in nearest[row]]
+    cosines = [float(similarities[row, column]) for row in range(len(texts)) for column in nearest[row]]
+    verdicts = judge_many(questions, cosines)
+    served: list[ServedPrompt] = []
+    for row in range(len(texts)):
+        judged = verdicts[row * width : (row + 1) * width]
+        hits = [index for index, verdict in enumerate(judged) if verdict.hit]
+        if not hits:
+            continue
+        query, candidate = questions[row * width + max(hits, key=lambda index: judged[index].score)]
+        group = groups.get(query)
+        served.append(ServedPrompt(query, candidate, group is not None and group == groups.get(candidate)))
+    return len(texts), served

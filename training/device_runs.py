@@ -76,6 +76,7 @@ def checkpoint_keeper(
 ) -> Callable[[int], None]:
     """`evaluate(step)` for one recipe process: `measure()` the current weights, append the row to
     `<work>/<name>.metrics.jsonl`, and `save` them as `<work>/<name>.best.safetensors` when they score best."""
+    work.mkdir(parents=True, exist_ok=True)
     metrics_path = work / f"{name}.metrics.jsonl"
     metrics_path.unlink(missing_ok=True)
     best_score = -math.inf

@@ -48,6 +48,9 @@ class Schedule:
     # positives instead of both saturating at the top (docs/benchmarks.md, the multilingual verifier).
     ranking_weight: float = 0.0
     ranking_margin: float = 1.0
+    # The cross-entropy's targets are pulled `label_smoothing` away from 0 and 1 (0.05: 0.05 and 0.95), so the
+    # loss stops rewarding logits beyond ~logit(0.95) = 2.9 and the top of the scale is left to the ranking.
+    label_smoothing: float = 0.0
 
 
 def fine_tune(
@@ -73,7 +76,6 @@ def fine_tune(
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=schedule.learning_rate, weight_decay=0.01)
     warmup = max(1, schedule.steps // 20)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
     batches = length_grouped_batches(
         examples, schedule.batch_size, schedule.skip_batches + schedule.steps, rng
@@ -97,11 +99,7 @@ def fine_tune(
         labels = torch.tensor([ex.target for ex in chunk], device=device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             logits = model(**batch)
-        loss = loss_fn(logits.float(), labels)
-        if schedule.ranking_weight > 0:
-            loss = loss + schedule.ranking_weight * ranking_loss(
-                logits.float(), labels, schedule.ranking_margin
-            )
+        loss = pair_loss(logits.float(), labels, schedule)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -119,6 +117,15 @@ def fine_tune(
             model.train()
     model.eval()
     return taken
+
+
+def pair_loss(logits: torch.Tensor, targets: torch.Tensor, schedule: Schedule) -> torch.Tensor:
+    """Binary cross-entropy on the (smoothed) targets, plus the ranking term when the schedule has one."""
+    smoothed = targets * (1.0 - 2.0 * schedule.label_smoothing) + schedule.label_smoothing
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, smoothed)
+    if schedule.ranking_weight > 0:
+        loss = loss + schedule.ranking_weight * ranking_loss(logits, targets, schedule.ranking_margin)
+    return loss
 
 
 def ranking_loss(logits: torch.Tensor, targets: torch.Tensor, margin: float) -> torch.Tensor:

@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, text_groups
+from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule
 from semantic.rule.multilingual_verifier import (
@@ -34,7 +34,7 @@ from semantic.rule.multilingual_verifier import (
     MultilingualVerifier,
     fit_shared_threshold,
 )
-from semantic.scope_lookups import populated_scope, scope_lookups
+from semantic.scope_lookups import every_prompt_served, populated_scope, scope_lookups
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
@@ -106,28 +106,10 @@ def different_questions(
     candidate), every prompt of the part looked up among all the others of its language."""
     result = {}
     for language in LANGUAGES:
-        pairs = [pair for pair in part if pair.lang == language]
-        groups = text_groups(pair for pair in pairs if pair.label == 1)
-        texts = sorted({text for pair in pairs for text in (pair.a, pair.b)})
-        vectors = embedder.embed(texts)
-        similarities = vectors @ vectors.T
-        np.fill_diagonal(similarities, -np.inf)
-        questions, cosines = [], []
-        for row, text in enumerate(texts):
-            for column in np.argsort(-similarities[row])[:JUDGED]:
-                questions.append((text, texts[column]))
-                cosines.append(float(similarities[row, column]))
-        verdicts = rule.judge_many(questions, cosines)
-        wrong: list[tuple[str, str]] = []
-        for row in range(len(texts)):
-            judged = verdicts[row * JUDGED : (row + 1) * JUDGED]
-            hits = [index for index, verdict in enumerate(judged) if verdict.hit]
-            if hits:
-                best = max(hits, key=lambda index: judged[index].score)
-                query, candidate = questions[row * JUDGED + best]
-                if groups.get(query) is None or groups.get(query) != groups.get(candidate):
-                    wrong.append((query, candidate))
-        result[language] = (len(texts), wrong)
+        looked, served = every_prompt_served(
+            [pair for pair in part if pair.lang == language], embedder.embed, rule.judge_many, JUDGED
+        )
+        result[language] = (looked, [(hit.query, hit.served) for hit in served if not hit.paraphrase])
     return result
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -7,7 +8,14 @@ import torch
 from transformers import BertConfig
 
 from semantic.rule.pair_classifier import PairClassifier, encode_pairs, load_tokenizer
-from training.training_loop import Example, Schedule, fine_tune, length_grouped_batches, ranking_loss
+from training.training_loop import (
+    Example,
+    Schedule,
+    fine_tune,
+    length_grouped_batches,
+    pair_loss,
+    ranking_loss,
+)
 
 EXAMPLES = [
     Example(f"text number {index}", f"text {'x' * (index % 7)}", float(index % 2)) for index in range(40)
@@ -72,3 +80,28 @@ def test_ranking_loss_charges_only_negatives_within_the_margin_of_a_positive() -
     # Pairs (4.7, 4.7) cost the margin, 1.0 each; pairs against -3.0 nothing: (1 + 1 + 0 + 0) / 4.
     assert ranking_loss(close, targets, margin=1.0).item() == pytest.approx(0.5)
     assert ranking_loss(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]), margin=1.0).item() == 0.0
+
+
+def test_smoothed_targets_stop_rewarding_a_confident_logit_at_their_own_odds() -> None:
+    """Smoothed to 0.1 / 0.9, a positive's loss is lowest at logit ln 9 (~2.2) and rises beyond it, where plain
+    targets keep pushing it up towards saturation; the ranking term reads the unsmoothed labels."""
+    plain, smoothed = Schedule(steps=1), Schedule(steps=1, label_smoothing=0.1)
+    optimum = math.log(0.9 / 0.1)
+    for logit, schedule, sign in (
+        (optimum, smoothed, 0),
+        (4.7, smoothed, 1),
+        (optimum, plain, -1),
+        (4.7, plain, -1),
+    ):
+        value = torch.tensor([logit], requires_grad=True)
+        pair_loss(value, torch.tensor([1.0]), schedule).backward()
+        assert value.grad is not None
+        gradient = value.grad.item()
+        assert (gradient == pytest.approx(0.0, abs=1e-6)) if sign == 0 else (gradient * sign > 1e-3), (
+            logit,
+            gradient,
+        )
+    ranked = Schedule(steps=1, label_smoothing=0.1, ranking_weight=1.0, ranking_margin=1.0)
+    logits, targets = torch.tensor([4.7, 4.7]), torch.tensor([1.0, 0.0])
+    extra = pair_loss(logits, targets, ranked) - pair_loss(logits, targets, smoothed)
+    assert extra.item() == pytest.approx(1.0)  # one positive level with one negative: the whole margin

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, text_groups
+from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule, load_multilingual_rule
 from semantic.rule.multilingual_verifier import CALIBRATION_FILE, WEIGHTS_FILE
+from semantic.scope_lookups import every_prompt_served
 
 DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
 LANGUAGES = ("de", "es", "fr", "ja", "ru", "zh")
@@ -68,24 +68,9 @@ def test_every_prompt_against_every_other_of_its_language(
     / "¿Qué es un poder notarial?"): in every language at most the served target of lookups is wrong, and
     there is a hit in every language."""
     for language in LANGUAGES:
-        pairs = [pair for pair in test_part if pair.lang == language]
-        groups = text_groups(pair for pair in pairs if pair.label == 1)
-        texts = sorted({text for pair in pairs for text in (pair.a, pair.b)})
-        vectors = embedder.embed(texts)
-        similarities = vectors @ vectors.T
-        np.fill_diagonal(similarities, -np.inf)
-        nearest = np.argsort(-similarities, axis=1)[:, :JUDGED]
-        questions = [(texts[row], texts[column]) for row in range(len(texts)) for column in nearest[row]]
-        cosines = [float(similarities[row, column]) for row in range(len(texts)) for column in nearest[row]]
-        verdicts = rule.judge_many(questions, cosines)
-        right = wrong = 0
-        for row in range(len(texts)):
-            judged = verdicts[row * JUDGED : (row + 1) * JUDGED]
-            hits = [index for index, verdict in enumerate(judged) if verdict.hit]
-            if not hits:
-                continue
-            query, candidate = questions[row * JUDGED + max(hits, key=lambda index: judged[index].score)]
-            same = groups.get(query) is not None and groups.get(query) == groups.get(candidate)
-            right, wrong = right + int(same), wrong + int(not same)
-        assert wrong <= DEFAULT_TARGET_FALSE_HIT_RATE * len(texts), (language, wrong, len(texts))
-        assert right > 0, language
+        looked, served = every_prompt_served(
+            [pair for pair in test_part if pair.lang == language], embedder.embed, rule.judge_many, JUDGED
+        )
+        wrong = [(hit.query, hit.served) for hit in served if not hit.paraphrase]
+        assert len(wrong) <= DEFAULT_TARGET_FALSE_HIT_RATE * looked, (language, wrong, looked)
+        assert len(served) > len(wrong), language
