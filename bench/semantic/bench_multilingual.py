@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part
+from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule
 from semantic.rule.multilingual_verifier import (
@@ -37,6 +37,7 @@ from semantic.rule.multilingual_verifier import (
 from semantic.scope_lookups import every_prompt_served, populated_scope, scope_lookups
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+NEW_SUBJECTS = Path(__file__).resolve().parent / "data" / "multilingual_new_subjects.jsonl"
 LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
 TARGETS = (0.005, 0.01, 0.02, 0.05, 0.1)
 JUDGED = 3  # CacheConfig.judged
@@ -194,10 +195,30 @@ def main() -> None:
         )
         print(f"  {kind:<13} label {int(labels[members][0])}: {served_here}/{int(members.sum())}")
     print("\ndifferent questions served for each other (test part, every prompt against every other):")
-    for code, (looked, wrong) in different_questions(parts["test"], embedder, rule).items():
+    print_different_questions(different_questions(parts["test"], embedder, rule))
+    new_subjects(load_pairs(NEW_SUBJECTS), embedder, rule)
+
+
+def print_different_questions(found: dict[str, tuple[int, list[tuple[str, str]]]]) -> None:
+    for code, (looked, wrong) in found.items():
         print(f"  {code}: {len(wrong)} of {looked} lookups")
         for query, candidate in wrong:
             print(f"      {query}  ->  {candidate}")
+
+
+def new_subjects(pairs: list[LabelledPair], embedder: MultilingualEmbedder, rule: MultilingualRule) -> None:
+    """The rule on pairs written in subjects the development set has not (bench/semantic/data/README.md)."""
+    stored, asked = embedder.embed([pair.a for pair in pairs]), embedder.embed([pair.b for pair in pairs])
+    verdicts = rule.judge_many([(pair.b, pair.a) for pair in pairs], (stored * asked).sum(axis=1).tolist())
+    print(f"\n{NEW_SUBJECTS.name} (never trained or fitted on): hits / wrong, recall")
+    for code in LANGUAGES:
+        judged = [(pair, verdict) for pair, verdict in zip(pairs, verdicts, strict=True) if pair.lang == code]
+        hits = [pair for pair, verdict in judged if verdict.hit]
+        positives = sum(pair.label for pair, _ in judged)
+        right = sum(pair.label for pair in hits)
+        print(f"  {code}: {len(hits)} / {len(hits) - right}, {right}/{positives}")
+    print("  different questions served for each other (every prompt against every other):")
+    print_different_questions(different_questions(pairs, embedder, rule))
 
 
 if __name__ == "__main__":
