@@ -17,6 +17,12 @@ def test_healthz_reports_embedded_store_and_default_models(tmp_path: Path) -> No
     assert body["status"] == "ok"
     assert body["embedder"] == {"name": "all-MiniLM-L6-v2", "dimension": 384, "runtime": "onnx"}
     assert body["verifier"]["runtime"] == "onnx"  # onnxruntime is a dependency: the default runs on it
+    assert body["multilingual"] == {
+        "languages": ["de", "es", "fr", "ja", "ru", "zh"],
+        "embedder": {"name": "multilingual-e5-small-q4", "dimension": 384},
+        "verifier": {"name": "multilingual-e5-small-verifier", "runtime": "torch"},
+    }
+    assert body["semantic_languages"] == ["de", "en", "es", "fr", "ja", "ru", "zh"]
     assert body["generator"]["kind"] == "gguf" and body["generator"]["present"] is True
     assert body["store"]["kind"] == "embedded" and body["store"]["reachable"] is True
     assert body["store"]["url"] == f"unix://{tmp_path / 'store' / 'valkey.sock'}"

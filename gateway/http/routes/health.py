@@ -29,6 +29,7 @@ async def healthz(request: Request) -> dict[str, Any]:
         },
         "verifier": _verifier(state.service.cache.rule),
         "semantic_languages": _semantic_languages(state.service.cache.rule),
+        "multilingual": _multilingual(state.service.cache),
         "generator": {
             "kind": generator.kind.value,
             "location": generator.location,
@@ -64,6 +65,20 @@ def _semantic_languages(rule: Any) -> list[str] | None:
     only. None: a rule that compares prompts in any language (read by attribute: any rule fits)."""
     languages = getattr(rule, "languages", None)
     return None if languages is None else list(languages)
+
+
+def _multilingual(cache: Any) -> dict[str, object] | None:
+    """What judges prompts in the languages beside English: their embedder, verifier and languages (None
+    when the served rule has no multilingual part; read by attribute: any rule and embedder fit)."""
+    rule = getattr(getattr(cache.rule, "multilingual", None), "verifier", None)
+    embedder = getattr(cache.embedder, "multilingual", None)
+    if rule is None or embedder is None:
+        return None
+    return {
+        "languages": list(cache.rule.multilingual.languages),
+        "embedder": {"name": embedder.name, "dimension": embedder.dimension},
+        "verifier": {"name": str(rule.name), "runtime": "torch"},
+    }
 
 
 def _verifier(rule: Any) -> dict[str, str] | None:
