@@ -62,6 +62,9 @@ class Stage:
     learning_rate: float
     batch_size: int
     share: float = 1.0
+    ranking_weight: float = 0.0  # `Schedule.ranking_weight`
+    ranking_margin: float = 1.0
+    label_smoothing: float = 0.0  # `Schedule.label_smoothing`
 
 
 # From `--start` (default: the shipped second-stage weights) unless `from_base`. Steps are an upper bound: each stage's schedule
@@ -75,6 +78,9 @@ RECIPES: dict[str, tuple[bool, tuple[Stage, ...]]] = {
     # with the rubric's pairs added (reviewed Quora, adversarial, fresh minimal pairs) to hold Quora's precision.
     "mix-more": (False, (Stage(("paraphrase", "rewordings", "rewordings"), 2e-5, 64),)),
     "mix-rubric": (False, (Stage(("paraphrase", "rewordings", "rewordings", "rubric"), 2e-5, 64),)),
+    # Third round (on CPU, no GPU lent): `rew-k8` with the rubric's pairs, targets smoothed to 0.05 / 0.95 and
+    # the ranking term, against the saturated top where minimal edits and rewordings tie.
+    "rew-smooth": (False, (Stage(("rewordings-k8", "rubric"), 3e-5, 32, 1.0, 1.0, 1.0, 0.05),)),
     "base": (
         True,
         (
@@ -108,6 +114,7 @@ def main() -> None:
     parser.add_argument(
         "--start", type=Path, default=SHIPPED, help="the weights recipes not from the base model start from"
     )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each recipe process")
     parser.add_argument("--recipe", help="run this one recipe in this process (what the parent starts)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/verifier-work"))
     parser.add_argument(
@@ -122,14 +129,16 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace) -> None:
     """Start one process per recipe, wait, and copy the best checkpoints and every metric to --out."""
-    run_recipes(__file__, args, ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows", "start"))
+    run_recipes(
+        __file__, args, ("bundle", "minutes", "steps", "eval_every", "work", "eval_rows", "start", "threads")
+    )
 
 
 def run_recipe(args: argparse.Namespace) -> None:
     name: str = args.recipe
     from_base, stages = RECIPES[name]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.set_num_threads(2)  # several recipes share the machine's cores (tokenising, calibration fits)
+    torch.set_num_threads(args.threads)  # several recipes share the machine's cores
     rng = random.Random(SEED)
     began = time.perf_counter()
     torch.manual_seed(SEED)
@@ -166,6 +175,9 @@ def run_recipe(args: argparse.Namespace) -> None:
             learning_rate=stage.learning_rate,
             minutes=args.minutes * stage.share,
             checkpoint_every=args.eval_every,
+            ranking_weight=stage.ranking_weight,
+            ranking_margin=stage.ranking_margin,
+            label_smoothing=stage.label_smoothing,
         )
         log(
             f"stage {'+'.join(stage.examples)}: {len(examples)} examples, lr {stage.learning_rate}, bs {stage.batch_size}"
