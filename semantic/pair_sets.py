@@ -34,6 +34,13 @@ MRPC_FILE = "mrpc_train.jsonl"
 # Hand-written to the rubric: chatbot rewordings and hard negatives (English), and six languages.
 CHATBOT_FILE = "chatbot_dev.jsonl"
 MULTILINGUAL_FILE = "multilingual_dev.jsonl"
+# The English rule's calibration reads these sets' `calibration` parts (bench/semantic/bench_rule.py, and the
+# device trainer's checkpoint choice, training/export_device_bundle.py), named as their figures are.
+CALIBRATION_SETS = (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE), ("chatbot", CHATBOT_FILE))
+# The sets whose populated scopes the calibration also fits on. Not the reviewed Quora sample: it holds many
+# unlabelled duplicates of one question, so its lookups' nearest "wrong" candidates are mostly paraphrases
+# no pair names (read off the highest-scored ones), which would count as wrong hits.
+LOOKUP_CALIBRATION_SETS = ("adversarial", "chatbot")
 SPLITS_BY_FILE = {
     QQP_FILE: QQP_SPLIT,
     REVIEWED_FILE: DEV_SPLIT,

@@ -38,7 +38,12 @@ from semantic.embedding.embedder_source import (
     packaged_model_dir,
     resolve_embedder,
 )
-from semantic.pair_sets import ADVERSARIAL_FILE, CHATBOT_FILE, REVIEWED_FILE, LabelledPair, file_part
+from semantic.pair_sets import (
+    CALIBRATION_SETS,
+    LOOKUP_CALIBRATION_SETS,
+    LabelledPair,
+    file_part,
+)
 from semantic.rule.calibrated import DEFAULT_GUARDS
 from semantic.rule.guards import GUARDS_BY_NAME, first_veto
 from semantic.rule.near_duplicate import near_duplicate_reason
@@ -54,8 +59,6 @@ from training.train_verifier import (
     training_target,
 )
 
-CALIBRATION_SETS = (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE), ("chatbot", CHATBOT_FILE))
-LOOKUP_SETS = ("adversarial", "chatbot")
 TOKENIZER_FILES = (
     "config.json",
     "tokenizer.json",
@@ -109,7 +112,7 @@ def calibration_rows(data_dir: Path) -> tuple[list[list[object]], dict[str, npt.
     groups: list[int] = []
     sets: list[int] = []
     has_paraphrase: list[bool] = []
-    names = [name for name, _ in CALIBRATION_SETS] + [f"lookups-{name}" for name in LOOKUP_SETS]
+    names = [name for name, _ in CALIBRATION_SETS] + [f"lookups-{name}" for name in LOOKUP_CALIBRATION_SETS]
     part = {name: file_part(data_dir / file, "calibration") for name, file in CALIBRATION_SETS}
     for name, _ in CALIBRATION_SETS:
         found = part[name]
@@ -118,7 +121,7 @@ def calibration_rows(data_dir: Path) -> tuple[list[list[object]], dict[str, npt.
         cosines += (stored * looked_up).sum(axis=1).tolist()
         groups += [-1] * len(found)
         sets += [names.index(name)] * len(found)
-    for name in LOOKUP_SETS:
+    for name in LOOKUP_CALIBRATION_SETS:
         scope = populated_scope(part[name])
         lookups = scope_lookups(
             scope,

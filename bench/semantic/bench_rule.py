@@ -8,7 +8,7 @@ reviewed Quora sample and the adversarial pairs together; every figure is report
 and on mrpc `test`, none of which the verifier trained on. Prints, per split: what each guard, the
 verifier and their combination reach at 95% precision; then the calibrated rule at each target next to a
 plain cosine threshold; then latency.
-Cosines and verifier scores are cached under bench/out/ (delete it after retraining the verifier).
+Cosines (per split) and verifier scores (per split and weights file) are cached under bench/out/.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from semantic.evaluation import (
     score_outcomes,
 )
 from semantic.pair_sets import (
-    ADVERSARIAL_FILE,
-    CHATBOT_FILE,
+    CALIBRATION_SETS,
     DEV_SPLIT,
+    LOOKUP_CALIBRATION_SETS,
     MRPC_FILE,
-    REVIEWED_FILE,
     LabelledPair,
     file_part,
 )
@@ -60,14 +59,9 @@ DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
 LOW_COSINE = 0.5
 REPORTED = ("reviewed/test", "adversarial/test", "chatbot/test", "mrpc/test")
-CALIBRATION_SETS = (("reviewed", REVIEWED_FILE), ("adversarial", ADVERSARIAL_FILE), ("chatbot", CHATBOT_FILE))
 # Candidates of each lookup in a populated scope that the calibration sees: the cache judges this many
 # (`CacheConfig.judged`).
 LOOKUP_CANDIDATES = 3
-# The sets whose populated scopes the calibration also fits on. Not the reviewed Quora sample: it holds many
-# unlabelled duplicates of one question, so its lookups' nearest "wrong" candidates are mostly paraphrases
-# no pair names (read off the highest-scored ones), which would count as wrong hits.
-LOOKUP_SETS = ("adversarial", "chatbot")
 Floats = npt.NDArray[np.float64]
 
 
@@ -141,7 +135,7 @@ def main() -> None:
     features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
     lookups = {
         name: cached_lookup_features(name, splits[f"{name}/calibration"], verifier, sha)
-        for name in LOOKUP_SETS
+        for name in LOOKUP_CALIBRATION_SETS
     }
 
     for name in REPORTED:
@@ -152,7 +146,7 @@ def main() -> None:
         features[f"{CALIBRATION_SETS[0][0]}/calibration"],
     )
     lookup_features, lookup_groups = Features([], np.zeros(0), np.zeros(0)), np.zeros(0, dtype=int)
-    for name in LOOKUP_SETS:
+    for name in LOOKUP_CALIBRATION_SETS:
         found, groups = lookups[name]
         lookup_groups = np.concatenate(
             [lookup_groups, groups + (lookup_groups.max() + 1 if len(lookup_groups) else 0)]
