@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 import regex
 
@@ -71,8 +72,13 @@ _HOW_DO_I: tuple[tuple[str, ...], ...] = tuple(
 _SPELLINGS = (
     ("our", "or"), ("ours", "ors"), ("ise", "ize"), ("ised", "ized"), ("ising", "izing"), ("isation", "ization"),
     ("yse", "yze"), ("ysed", "yzed"), ("tre", "ter"), ("tres", "ters"), ("ogue", "og"), ("ence", "ense"),
-    ("lled", "led"), ("lling", "ling"), ("ller", "ler"), ("grey", "gray"), ("mme", "m"),
+    ("lled", "led"), ("lling", "ling"), ("ller", "ler"), ("grey", "gray"), ("mme", "m"), ("rol", "roll"),
+    ("rolment", "rollment"), ("rols", "rolls"), ("fil", "fill"), ("filment", "fillment"), ("fils", "fills"),
 )  # fmt: skip
+# ... and the classical digraphs: "anaemia" / "anemia", "haemoglobin", "oestrogen", "paediatric", "aesthetic".
+_DIGRAPHS = (("ae", "e"), ("oe", "e"))
+# A noun and its plural are the same word to the rubric ("steakhouse" / "steakhouses"), in words this long.
+_MIN_PLURAL_STEM = 5
 _SYNONYM_OF: dict[tuple[str, ...], tuple[str, ...]] = {
     tuple(member.split()): tuple(group[0].split()) for group in SYNONYMS for member in group
 }
@@ -172,17 +178,30 @@ def _rotated(first: list[str], second: list[str]) -> bool:
 
 
 def _spelling_variant(first: str, second: str) -> bool:
-    """British and American spellings of one word."""
+    """British and American spellings, singular and plural, or accented and plain forms of one word."""
     for british, american in _SPELLINGS:
         for one, other in ((first, second), (second, first)):
             if one.endswith(british) and one[: -len(british)] + american == other:
                 return True
-    return False
+    for one, other in ((first, second), (second, first)):
+        if len(other) >= _MIN_PLURAL_STEM and one in (other + "s", other + "es"):
+            return True
+        for digraph, plain in _DIGRAPHS:
+            start = one.find(digraph)
+            while start >= 0:
+                if one[:start] + plain + one[start + len(digraph) :] == other:
+                    return True
+                start = one.find(digraph, start + 1)
+    return first != second and _accents_dropped(first) == _accents_dropped(second)
+
+
+def _accents_dropped(word: str) -> str:
+    return "".join(char for char in unicodedata.normalize("NFKD", word) if not unicodedata.combining(char))
 
 
 def _misspelt(first: str, second: str) -> bool:
-    """One of the words is not a word (not whole in the embedder's vocabulary) and is one edit from the other:
-    "recieve" / "receive" is a typo, "desert" / "dessert" and "angle" / "angel" are two words."""
+    """One of the words is not a word (`_vocabulary`) and is one edit from the other: "recieve" / "receive" is
+    a typo, "desert" / "dessert", "angle" / "angel" and "paternity" / "maternity" are two words."""
     if not (first.isalpha() and second.isalpha()):  # "ain't" / "amn't", "v2" / "v3": not typos
         return False
     if not (_LATIN_WORD.fullmatch(first) and _LATIN_WORD.fullmatch(second)):
@@ -198,11 +217,18 @@ def warm() -> None:
 
 @functools.cache
 def _vocabulary() -> frozenset[str]:
-    """The whole words of the packaged MiniLM's WordPiece vocabulary (~20k English words and names)."""
+    """English words: the whole words of the packaged MiniLM's WordPiece vocabulary (~22k words and names),
+    and pyspellchecker's English word list (~160k words, common misspellings left out of it). With MiniLM's
+    alone, a rarer word one letter from a common one read as its misspelling: "Is paternity leave paid?" was
+    served "Is maternity leave paid?" (chatbot_dev test part, in a populated scope)."""
+    from spellchecker import SpellChecker
+
     from semantic.embedding.embedder_source import packaged_model_dir
 
     lines = (packaged_model_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    return frozenset(line for line in lines if line.isalpha() and not line.startswith("##"))
+    words = {line for line in lines if line.isalpha() and not line.startswith("##")}
+    words.update(word for word in SpellChecker(language="en").word_frequency.dictionary if word.isalpha())
+    return frozenset(words)
 
 
 def _one_edit(first: str, second: str) -> bool:
