@@ -54,6 +54,7 @@ DEFAULT_GUARDS: tuple[str, ...] = (
     "units",
     "languages",
     "task",
+    "case",
 )
 CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured

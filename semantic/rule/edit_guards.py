@@ -59,7 +59,9 @@ OPPOSITES: tuple[tuple[str, str], ...] = (
     ("wet", "dry"), ("light", "dark"), ("day", "night"), ("summer", "winter"), ("spring", "autumn"),
     ("spring", "fall"), ("morning", "evening"), ("sunrise", "sunset"), ("past", "future"),
     ("yesterday", "tomorrow"), ("last", "next"), ("previous", "next"), ("ago", "from now"),
-    ("beginning", "end"), ("start", "end"),
+    ("beginning", "end"), ("start", "end"), ("junior", "senior"), ("public", "private"),
+    ("internal", "external"), ("ascending", "descending"), ("horizontal", "vertical"), ("inner", "outer"),
+    ("beginner", "advanced"),
 )  # fmt: skip
 # Words naming a unit or a period: two texts naming different ones ask for different answers. Spellings of
 # one unit map to one name; plurals are folded by `_singular`.

@@ -202,6 +202,38 @@ def word_swapped(query: str, candidate: str) -> bool:
     return not (len(removed) == 1 and len(added) == 1 and _same_word(removed[0], added[0]))
 
 
+def case_differs(query: str, candidate: str) -> bool:
+    """The texts differ only in the case of a word, and one of them writes that word in two cases inside a
+    sentence, so case tells its words apart there ("an Aa x Aa cross" / "an Aa x aa cross"). Elsewhere case
+    is noise ("python" / "Python", a capital opening a sentence) and the uncased models cannot see it either.
+    """
+    first, second = _cased_tokens(query), _cased_tokens(candidate)
+    if len(first) != len(second) or [t.lower() for t, _ in first] != [t.lower() for t, _ in second]:
+        return False
+    ambiguous = _two_cases(first) | _two_cases(second)
+    return any(
+        one != other and one.lower() in ambiguous for (one, _), (other, _) in zip(first, second, strict=True)
+    )
+
+
+def _cased_tokens(text: str) -> list[tuple[str, bool]]:
+    """Words and numbers as written, each with whether it opens a sentence."""
+    tokens = []
+    for match in re.finditer(r"[A-Za-z0-9]+", text):
+        before = text[: match.start()].rstrip()
+        tokens.append((match.group(), not before or before[-1] in ".?!:"))
+    return tokens
+
+
+def _two_cases(tokens: list[tuple[str, bool]]) -> set[str]:
+    """The lower-cased forms written in two cases or more inside sentences of one text."""
+    casings: dict[str, set[str]] = {}
+    for token, opens in tokens:
+        if not opens:
+            casings.setdefault(token.lower(), set()).add(token)
+    return {form for form, seen in casings.items() if len(seen) > 1}
+
+
 NUMBERS = Guard("numbers", "numbers differ", numbers_differ)
 NEGATION = Guard("negation", "negation differs", negation_differs)
 ENTITIES = Guard("entities", "names differ", entities_differ)
@@ -212,8 +244,9 @@ OPPOSITE = Guard("opposite", "a word swapped for its opposite", opposite_swapped
 UNITS = Guard("units", "units or periods differ", unit_or_period_differs)
 LANGUAGES = Guard("languages", "another language", languages_differ)
 TASK = Guard("task", "another form, format, tone or length of output", task_slots_differ)
+CASE = Guard("case", "a word in another case, where case tells words apart", case_differs)
 ALL_GUARDS: tuple[Guard, ...] = (
-    NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS, LANGUAGES, TASK
+    NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS, LANGUAGES, TASK, CASE
 )  # fmt: skip
 GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
 

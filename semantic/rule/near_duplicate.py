@@ -200,14 +200,26 @@ def _accents_dropped(word: str) -> str:
 
 
 def _misspelt(first: str, second: str) -> bool:
-    """One of the words is not a word (`_vocabulary`) and is one edit from the other: "recieve" / "receive" is
-    a typo, "desert" / "dessert", "angle" / "angel" and "paternity" / "maternity" are two words."""
+    """One of the words is not a word (`_vocabulary`) and is one edit from the other: "recieve" / "receive"
+    is a typo; "desert" / "dessert", "angle" / "angel" and "paternity" / "maternity" are two words."""
     if not (first.isalpha() and second.isalpha()):  # "ain't" / "amn't", "v2" / "v3": not typos
         return False
     if not (_LATIN_WORD.fullmatch(first) and _LATIN_WORD.fullmatch(second)):
         return False
     known = _vocabulary()
-    return (first not in known or second not in known) and _one_edit(first, second)
+    if first in known and second in known:
+        return False
+    # Two unknown words (technical terms, names): a letter changed at the start is another prefix, so another
+    # word ("probiotics" / "prebiotics"); further in, a typo ("kubernets" / "kubernetes").
+    if first not in known and second not in known and _changed_near_start(first, second):
+        return False
+    return _one_edit(first, second)
+
+
+def _changed_near_start(first: str, second: str, letters: int = 3) -> bool:
+    return len(first) == len(second) and any(
+        one != other for one, other in zip(first[:letters], second[:letters], strict=True)
+    )
 
 
 def warm() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from semantic.rule.guards import (
     ALL_GUARDS,
+    case_differs,
     entities_differ,
     first_veto,
     negation_differs,
@@ -96,3 +97,17 @@ def test_first_veto_names_the_reason() -> None:
     assert first_veto("What is 2+2?", "What is 2+3?", ALL_GUARDS) == "numbers differ"
     assert first_veto("How do I bake bread?", "How can I bake bread?", ALL_GUARDS) is None
     assert first_veto("What is 2+2?", "What is 2+3?", ()) is None
+
+
+def test_case_differs_only_where_a_text_uses_case_to_tell_words_apart() -> None:
+    cross = "What fraction of offspring are homozygous recessive in an Aa x {} cross?"
+    assert case_differs(cross.format("Aa"), cross.format("aa"))
+    assert case_differs("Is Co the same as CO here?", "Is CO the same as Co here?")
+    # Case as noise: a name lower-cased, a capital opening a sentence, shouting.
+    assert not case_differs("How do I install python?", "How do I install Python?")
+    assert not case_differs(
+        "Continuous delivery vs continuous deployment", "continuous delivery vs continuous deployment"
+    )
+    assert not case_differs("HOW DO I RESET MY PASSWORD", "how do i reset my password")
+    # Other words differ: the verifier's call, not this guard's.
+    assert not case_differs(cross.format("Aa"), "In an Aa x aa cross, what share is homozygous recessive?")

@@ -32,6 +32,7 @@ from semantic.rule.near_duplicate import near_duplicate_reason
         ("How do I enrol in the pension scheme?", "How do I enroll in the pension scheme?", "one word spelt differently"),
         ("Is the café open on Sundays?", "Is the cafe open on Sundays?", "one word spelt differently"),
         ("Is this an aesthetic choice?", "Is this an esthetic choice?", "one word spelt differently"),
+        ("goroutine leak how to detect", "gorutine leak how to detect", "one word spelt differently"),
         ("What skills are necessary when making decisions?", "What skills are necessary when making decision?", "one word spelt differently"),
     ],
 )  # fmt: skip
@@ -54,6 +55,7 @@ def test_near_duplicates_hit(stored: str, asked: str, reason: str) -> None:
         # Rarer words the embedder's vocabulary lacks are still words (pyspellchecker's list), not typos.
         ("Is maternity leave paid?", "Is paternity leave paid?"),
         ("How do you convert ethane to ethene?", "How do you convert ethene to ethane?"),
+        ("What are probiotics?", "What are prebiotics?"),  # two unknown words, another prefix
         ("Is ain't a word?", "Is amn't a word?"),
         ("How do I reset my password?", "Why can't I reset my password?"),  # another question word
         ("How do I reset my password?", "How do I reset the password?"),  # a rewording: the verifier's call
