@@ -217,9 +217,12 @@ def _misspelt(first: str, second: str) -> bool:
 
 
 def _changed_near_start(first: str, second: str, letters: int = 3) -> bool:
-    return len(first) == len(second) and any(
-        one != other for one, other in zip(first[:letters], second[:letters], strict=True)
-    )
+    """One letter replaced by another within the first `letters` ("pro" / "pre"); two neighbours swapped is a
+    typo wherever it is ("ngnix" / "nginx")."""
+    if len(first) != len(second):
+        return False
+    differ = [index for index, (one, other) in enumerate(zip(first, second, strict=True)) if one != other]
+    return len(differ) == 1 and differ[0] < letters
 
 
 def warm() -> None:

@@ -33,6 +33,7 @@ from semantic.rule.near_duplicate import near_duplicate_reason
         ("Is the café open on Sundays?", "Is the cafe open on Sundays?", "one word spelt differently"),
         ("Is this an aesthetic choice?", "Is this an esthetic choice?", "one word spelt differently"),
         ("goroutine leak how to detect", "gorutine leak how to detect", "one word spelt differently"),
+        ("How do I redirect HTTP to HTTPS in nginx?", "How do I redirect HTTP to HTTPS in ngnix?", "one word spelt differently"),
         ("What skills are necessary when making decisions?", "What skills are necessary when making decision?", "one word spelt differently"),
     ],
 )  # fmt: skip
