@@ -179,19 +179,21 @@ def _rotated(first: list[str], second: list[str]) -> bool:
 
 def _spelling_variant(first: str, second: str) -> bool:
     """British and American spellings, singular and plural, or accented and plain forms of one word."""
-    for british, american in _SPELLINGS:
-        for one, other in ((first, second), (second, first)):
-            if one.endswith(british) and one[: -len(british)] + american == other:
-                return True
     for one, other in ((first, second), (second, first)):
+        if any(
+            one.endswith(british) and one[: -len(british)] + american == other
+            for british, american in _SPELLINGS
+        ):
+            return True
         if len(other) >= _MIN_PLURAL_STEM and one in (other + "s", other + "es"):
             return True
-        for digraph, plain in _DIGRAPHS:
-            start = one.find(digraph)
-            while start >= 0:
-                if one[:start] + plain + one[start + len(digraph) :] == other:
-                    return True
-                start = one.find(digraph, start + 1)
+        if any(
+            one[:start] + plain + one[start + len(digraph) :] == other
+            for digraph, plain in _DIGRAPHS
+            for start in range(len(one))
+            if one.startswith(digraph, start)
+        ):
+            return True
     return first != second and _accents_dropped(first) == _accents_dropped(second)
 
 
