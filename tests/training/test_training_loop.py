@@ -11,9 +11,13 @@ from semantic.rule.pair_classifier import PairClassifier, encode_pairs, load_tok
 from training.training_loop import (
     Example,
     Schedule,
+    bf16_is_faster,
     fine_tune,
+    grouped_batches,
     length_grouped_batches,
+    listwise_loss,
     pair_loss,
+    query_groups,
     ranking_loss,
 )
 
@@ -39,13 +43,17 @@ def tokenizer():  # type: ignore[no-untyped-def]
     return load_tokenizer(packaged_model_dir())
 
 
-def test_fine_tune_learns_and_checkpoints_on_schedule(tokenizer) -> None:  # type: ignore[no-untyped-def]
+def tiny_classifier(tokenizer) -> PairClassifier:  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     config = BertConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64,
     )  # fmt: skip
-    model = PairClassifier(config)
+    return PairClassifier(config)
+
+
+def test_fine_tune_learns_and_checkpoints_on_schedule(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    model = tiny_classifier(tokenizer)
     # Same texts -> 1, texts about different things -> 0: learnable in a few dozen steps.
     words = ["apple", "river", "engine", "garden", "violin", "planet", "copper", "winter"]
     examples = [Example(f"the {a}", f"the {b}", float(a == b)) for a in words for b in words]
@@ -70,6 +78,15 @@ def test_fine_tune_learns_and_checkpoints_on_schedule(tokenizer) -> None:  # typ
     assert checkpoints == [50, 100]  # not at the last step: the caller holds the final weights
     assert after < 0.5 * before
     assert not model.training
+
+
+def test_timing_bf16_leaves_the_model_as_it_found_it(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    model = tiny_classifier(tokenizer)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    chosen = bf16_is_faster(model, encode_pairs(tokenizer, [("a cat", "a dog")] * 4, 16), passes=1)
+    assert isinstance(chosen, bool)
+    assert all(parameter.grad is None for parameter in model.parameters())  # no gradient leaks into step 1
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
 
 
 def test_ranking_loss_charges_only_negatives_within_the_margin_of_a_positive() -> None:
@@ -105,3 +122,38 @@ def test_smoothed_targets_stop_rewarding_a_confident_logit_at_their_own_odds() -
     logits, targets = torch.tensor([4.7, 4.7]), torch.tensor([1.0, 0.0])
     extra = pair_loss(logits, targets, ranked) - pair_loss(logits, targets, smoothed)
     assert extra.item() == pytest.approx(1.0)  # one positive level with one negative: the whole margin
+
+
+def test_listwise_loss_is_the_softmax_cross_entropy_of_each_mixed_group_s_paraphrases() -> None:
+    logits = torch.tensor([2.0, 0.0, 1.0, 5.0, 3.0, 4.0])
+    targets = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 1, -1, 2])  # group 1 holds only a paraphrase, group 2 only a negative
+    expected = -math.log(math.exp(2.0) / (math.exp(2.0) + math.exp(0.0) + math.exp(1.0)))
+    assert listwise_loss(logits, targets, groups).item() == pytest.approx(expected)
+    ranked_first = listwise_loss(torch.tensor([9.0, 0.0, 1.0]), targets[:3], groups[:3]).item()
+    assert ranked_first < 0.01 < expected  # a paraphrase far above its query's negatives costs nearly nothing
+    assert listwise_loss(logits[3:], targets[3:], groups[3:]).item() == 0.0
+
+
+def test_query_groups_join_the_candidates_of_one_query_once_each() -> None:
+    examples = [
+        Example("stored 1", "query", 1.0), Example("stored 2", "query", 0.0),
+        Example("stored 1", "query", 1.0), Example("alone", "other query", 0.0),
+    ]  # fmt: skip
+    grouped = query_groups(examples, first_id=7)
+    assert sorted((ex.a, ex.group) for ex in grouped) == [("alone", -1), ("stored 1", 7), ("stored 2", 7)]
+
+
+def test_grouped_batches_keep_every_group_whole_and_depend_only_on_the_seed() -> None:
+    examples = query_groups(
+        [Example(f"stored {n}", f"query {n % 5}", float(n % 3 == 0)) for n in range(30)]
+        + [Example(f"lone {n}", f"lone query {n}", 0.0) for n in range(12)]
+    )
+    first = grouped_batches(examples, 8, 12, random.Random(1))
+    assert first == grouped_batches(examples, 8, 12, random.Random(1))
+    assert first != grouped_batches(examples, 8, 12, random.Random(2))
+    assert len(first) == 12 and all(len(batch) >= 8 for batch in first)
+    sizes = {group: sum(ex.group == group for ex in examples) for group in range(5)}
+    for batch in first:
+        for group in {ex.group for ex in batch} - {-1}:
+            assert sum(ex.group == group for ex in batch) % sizes[group] == 0  # never split across batches
