@@ -13,9 +13,11 @@ Both are filled with the same prompts, then measured one after the other on the 
   hits/s (one body) and semantic hits/s (a fresh variant of a stored prompt per request, so that kvgate's
   remembered wordings never turn them into exact hits; only responses the server marked as hits count).
 
-A semantic hit at the default target is a near-duplicate wording (case and punctuation). `--verified-target`
-adds a kvgate run at a looser target where the variants also carry filler words, so that the verifier runs
-on each lookup (no default rule serves those yet). RSS of the kvgate process is read after warm-up.
+A case variant is a near-duplicate wording, served without the verifier. A second kvgate run sends the
+variants with filler words around them ("hey, ... thanks!"), so that the verifier runs on each lookup: a
+verified hit. It runs at the default target too (the shipped rule serves those variants since the
+rewordings work: 199 of 200 sequential ones on 2026-12-05); `--verified-target` sets another. The last
+lines compare both kinds of semantic hit with GPTCache's. RSS of the kvgate process is read after warm-up.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ FRAMES = [
     "Why does {} matter?", "Write a short paragraph about {}.", "What is the history of {}?",
     "How would you teach {} to a child?", "What are common myths about {}?",
 ]  # fmt: skip
+VERIFIED = "kvgate, verifier on every lookup"
 GPTCACHE_COSINE = 0.9  # GPTCache's cosine threshold: its variants (case flips) score ~0.95-1.0
 
 
@@ -69,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=10, help="wrk duration per throughput row")
     parser.add_argument("--requests", type=int, default=200, help="sequential requests per latency row")
     parser.add_argument("--before", type=Path, help="also measure kvgate from this checkout (same venv)")
-    parser.add_argument("--verified-target", type=float, default=0.2)
+    parser.add_argument(
+        "--verified-target",
+        type=float,
+        help="target of the verified-hit run (default: the shipped default target)",
+    )
     parser.add_argument("--no-gptcache", action="store_true")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -85,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         verified = measure_kvgate(
             ROOT, upstream, prompts, folder / "verified", args, target=args.verified_target, verified=True
         )
-        results[f"kvgate, target {args.verified_target}, verifier on every lookup"] = verified
+        target = "" if args.verified_target is None else f", target {args.verified_target}"
+        results[f"{VERIFIED}{target}"] = verified
     if not args.no_gptcache:
         results["GPTCache"] = measure_gptcache(prompts, folder / "gptcache", args)
     report(results)
@@ -267,15 +275,19 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     ]  # fmt: skip
     for label, cell in rows:
         print(f"| {label} | " + " | ".join(cell(results[name]) for name in names) + " |")
-    ours, theirs = results.get("kvgate"), results.get("GPTCache")
-    if ours and theirs:
-        p50 = ours["semantic 1"]["p50_ms"] / theirs["semantic 1"]["p50_ms"]
-        rate = _hits_per_s(ours["semantic 32"], ("semantic-hit",)) / max(
-            _hits_per_s(theirs["semantic 32"], ("hit",)), 1e-9
-        )
-        print(
-            f"\nsemantic p50 kvgate / GPTCache = {p50:.2f}; semantic hits/s at 32 kvgate / GPTCache = {rate:.2f}x"
-        )
+    theirs = results.get("GPTCache")
+    verified = next((name for name in names if name.startswith(VERIFIED)), None)
+    for kind, name in (("near-duplicate", "kvgate"), ("verified", verified)):
+        ours = results.get(name) if name else None
+        if ours and theirs:
+            p50 = ours["semantic 1"]["p50_ms"] / theirs["semantic 1"]["p50_ms"]
+            rate = _hits_per_s(ours["semantic 32"], ("semantic-hit",)) / max(
+                _hits_per_s(theirs["semantic 32"], ("hit",)), 1e-9
+            )
+            print(
+                f"\n{kind} semantic hit: p50 kvgate / GPTCache = {p50:.2f}; "
+                f"hits/s at 32 kvgate / GPTCache = {rate:.2f}x"
+            )
     print("\n" + json.dumps(results))
 
 
