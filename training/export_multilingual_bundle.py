@@ -7,6 +7,7 @@ PyPI nor `../shared/data`), small enough to travel with the tree (64 MiB in all)
 - `examples/english.jsonl.gz`: the English verifier's third stage (`train_verifier.rewording_pairs`: chatbot,
   reviewed Quora and adversarial train parts, lookups, minimal pairs), so that English-trained judgement of
   rewordings and minimal edits carries over to the other languages;
+- `examples/written.jsonl.gz`: the pairs written for training in new subjects (`multilingual_pairs.WRITTEN_FILE`);
 - `calibration.jsonl.gz`: `[a, b, label, language, lookup]` per row: the calibration part's pairs of each
   language (and its cross-language pairs, language "x"), and what a lookup meets in one scope per language
   holding the part's `a`s (each new `b` against its 4 nearest; `lookup` numbers the lookup, -1 for a pair);
@@ -34,7 +35,13 @@ from semantic.pair_sets import MULTILINGUAL_FILE, file_part
 from semantic.rule.e5_base import E5File, default_e5_path
 from semantic.scope_lookups import populated_scope, scope_lookups
 from training.export_device_bundle import quantised_rows
-from training.multilingual_pairs import LANGUAGES, LOOKUP_CANDIDATES, e5_vectors, multilingual_training_pairs
+from training.multilingual_pairs import (
+    LANGUAGES,
+    LOOKUP_CANDIDATES,
+    e5_vectors,
+    multilingual_training_pairs,
+    written_pairs,
+)
 from training.train_verifier import DATA_DIR, SEED, rewording_pairs
 
 
@@ -51,6 +58,7 @@ def main() -> None:
     stages = {
         "multilingual": multilingual_training_pairs(args.data_dir, SEED),
         "english": rewording_pairs(args.data_dir),
+        "written": written_pairs(),
     }
     for stage, pairs in stages.items():
         write_jsonl(

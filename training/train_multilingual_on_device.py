@@ -77,6 +77,9 @@ RECIPES: dict[str, Recipe] = {
     # Fourth run (on CPU, AMX, no GPU lent): from the shipped weights, each query's candidates in one batch,
     # ranked against each other (the lookups a cache meets: what it serves is a lookup's best candidate).
     "listwise": Recipe(("multilingual", "multilingual", "english"), 2e-5, 32, True, listwise_weight=1.0),
+    # Fifth run (CPU): from the shipped weights, with pairs written for training in new subjects
+    # (`multilingual_pairs.WRITTEN_FILE`) shown eight times.
+    "written": Recipe(("multilingual", "multilingual", "english") + ("written",) * 8, 2e-5, 32, True),
 }
 SHIPPED = (
     Path(__file__).resolve().parents[1]

@@ -1,0 +1,41 @@
+"""The pairs written for the multilingual verifier's training: well formed, and none of their texts in a part
+that judges the rule (the development set's calibration and test parts, the new-subjects check)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from semantic.pair_sets import MULTILINGUAL_FILE, file_part
+from training.multilingual_pairs import LANGUAGES, written_pairs
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = ROOT.parent / "shared" / "data"
+NEW_SUBJECTS = ROOT / "bench" / "semantic" / "data" / "multilingual_new_subjects.jsonl"
+
+
+def test_written_pairs_are_labelled_pairs_of_two_different_texts_in_each_language() -> None:
+    pairs = written_pairs()
+    assert {pair.lang for pair in pairs} == set(LANGUAGES)
+    assert all(pair.label in (0, 1) and pair.kind and pair.a != pair.b for pair in pairs)
+    for language in LANGUAGES:
+        labels = [pair.label for pair in pairs if pair.lang == language]
+        assert labels.count(1) >= 10 and labels.count(0) >= 10, language
+    assert len({(pair.a, pair.b) for pair in pairs}) == len(pairs)
+
+
+def test_no_written_text_is_one_that_judges_the_rule() -> None:
+    if not (DATA_DIR / MULTILINGUAL_FILE).is_file():
+        pytest.skip(f"{DATA_DIR / MULTILINGUAL_FILE} is not here")
+    judged = {
+        text.strip()
+        for part in ("calibration", "test")
+        for pair in file_part(DATA_DIR / MULTILINGUAL_FILE, part)
+        for text in (pair.a, pair.b)
+    }
+    with NEW_SUBJECTS.open(encoding="utf-8") as lines:
+        judged |= {json.loads(line)[key].strip() for line in lines if line.strip() for key in ("a", "b")}
+    written = {text.strip() for pair in written_pairs() for text in (pair.a, pair.b)}
+    assert not written & judged
