@@ -17,7 +17,6 @@ The tables are written here, for these six languages; none comes from a pairs fi
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, text_groups
+from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs, text_groups
 from semantic.scope_lookups import populated_scope, scope_lookups
 
 LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
@@ -113,10 +112,8 @@ def multilingual_training_pairs(data_dir: Path, seed: int) -> list[LabelledPair]
 
 
 def written_pairs(path: Path = WRITTEN_FILE) -> list[LabelledPair]:
-    """The pairs of `WRITTEN_FILE`."""
-    with path.open(encoding="utf-8") as lines:
-        rows = [json.loads(line) for line in lines if line.strip()]
-    return [LabelledPair(row["a"], row["b"], int(row["label"]), row["kind"], row["lang"]) for row in rows]
+    """The pairs of `WRITTEN_FILE` (read as every pairs file is: `semantic.pair_sets.load_pairs`)."""
+    return load_pairs(path)
 
 
 def implied_positives(pairs: Sequence[LabelledPair], language: str) -> list[LabelledPair]:
