@@ -91,6 +91,17 @@ _AFTER_A_NUMBER = {
     "m": "metre", "g": "gram", "l": "litre", "ml": "ml", "mb": "mb", "hr": "hour", "hrs": "hour",
     "s": "second", "sec": "second", "lb": "pound", "mi": "mile",
 }  # fmt: skip
+# "convert X to Y", "turn X into Y", "from X to Y": a phrase of at most four words on each side, the second
+# ending at a preposition, a conjunction or the end of the sentence.
+_PHRASE = r"[a-z0-9][a-z0-9'+#.-]*(?:\s+[a-z0-9][a-z0-9'+#.-]*){0,3}?"
+_PHRASE_END = r"(?=\s+(?:in|on|with|using|for|without|via|by|at|so|and|or|when|if|while|before|after)\b|\s*[?.!,;:]|\s*$)"
+_CONVERT_TO = re.compile(
+    r"\b(?:convert|turn|change|transform|cast|translate|switch|migrate|port|exchange)(?:s|ed|ing)?\s+"
+    rf"(?P<source>{_PHRASE})\s+(?:to|into)\s+(?P<target>{_PHRASE}){_PHRASE_END}"
+)
+_BOTH_WAYS = re.compile(r"\b(?:and back|vice versa|back and forth|both ways|either way|and the reverse)\b")
+_AND_TO = re.compile(rf"\band\s+(?P<source>{_PHRASE})\s+(?:to|into)\s+(?P<target>{_PHRASE}){_PHRASE_END}")
+_FROM_TO = re.compile(rf"\bfrom\s+(?P<source>{_PHRASE})\s+(?:to|into)\s+(?P<target>{_PHRASE}){_PHRASE_END}")
 _TIME_OF_DAY = re.compile(r"\b\d{1,2}(?::\d{2})?\s*([ap])\.?m\b")
 
 
@@ -102,10 +113,48 @@ def direction_swapped(query: str, candidate: str) -> bool:
     the reverse. A clause moved as a whole ("In Python, how do I ...?" / "How do I ... in Python?") keeps
     each relation's object and is not a swap; nor are two things exchanged around "and" or "or" ("the walls
     or the attic" / "the attic or the walls")."""
+    if conversion_reversed(query, candidate):
+        return True
     first, second = _tokens(query), _tokens(candidate)
     if first == second or Counter(first) != Counter(second):
         return False
     return _relation_objects(first) != _relation_objects(second) or _roles_exchanged(first, second)
+
+
+def conversion_reversed(query: str, candidate: str) -> bool:
+    """Each text asks to go from one thing to another ("convert a String to an integer", "move my files
+    from Dropbox to Google Drive") and the other text goes the other way, in whatever words ("turn an
+    integer into a String"): the same-words check above misses a reversal that is also reworded. Things
+    are compared by their last word, singular ("a String" / "strings"); a text that goes both ways ("and
+    back", "vice versa") reverses nothing."""
+    first, second = _conversions(query), _conversions(candidate)
+    return any(
+        (target, source) in second and (source, target) not in second for source, target in first
+    ) and not (_both_ways(first) or _both_ways(second))
+
+
+def _both_ways(conversions: set[tuple[str, str]]) -> bool:
+    return any((target, source) in conversions for source, target in conversions)
+
+
+def _conversions(text: str) -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    lowered = text.lower().replace("’", "'")
+    for pattern in (_CONVERT_TO, _FROM_TO, _AND_TO):
+        if pattern is _AND_TO and not found:  # "... and Y to X" only continues a conversion
+            break
+        for match in pattern.finditer(lowered):
+            source, target = _head(match["source"]), _head(match["target"])
+            if source and target and source != target:
+                found.add((source, target))
+    if _BOTH_WAYS.search(lowered):  # "JSON to YAML and back": either way
+        found |= {(target, source) for source, target in found}
+    return found
+
+
+def _head(phrase: str) -> str:
+    words = [word for word in _tokens(phrase) if word not in _FILLER]
+    return _singular(words[-1]) if words else ""
 
 
 def opposite_swapped(query: str, candidate: str) -> bool:

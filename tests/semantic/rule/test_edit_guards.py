@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from semantic.rule.calibrated import DEFAULT_GUARDS, SHIPPED_CALIBRATION, Calibration
-from semantic.rule.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
+from semantic.rule.edit_guards import (
+    conversion_reversed,
+    direction_swapped,
+    opposite_swapped,
+    unit_or_period_differs,
+)
 from semantic.rule.guards import GUARDS_BY_NAME, first_veto
 
 
@@ -50,6 +55,32 @@ def test_a_swapped_direction_is_caught(query: str, candidate: str) -> None:
 )
 def test_reordering_or_rewording_is_not_a_swap(query: str, candidate: str) -> None:
     assert not direction_swapped(query, candidate)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        # a reversal in other words (a wrong hit of the shipped rule on pairs written in new subjects)
+        ("How do I convert a String to an integer in Rust?", "In Rust, what's the way to turn an integer into a String?"),
+        ("How do I move files from Dropbox to Google Drive?", "transfer my files from Google Drive into Dropbox"),
+        ("Switch my careers from teaching to nursing", "How can I change careers from nursing to teaching?"),
+    ],
+)  # fmt: skip
+def test_a_reworded_reversal_is_caught(query: str, candidate: str) -> None:
+    assert conversion_reversed(query, candidate) and conversion_reversed(candidate, query)
+    assert direction_swapped(query, candidate)
+
+
+@pytest.mark.parametrize(
+    ("query", "candidate"),
+    [
+        ("How do I convert a list to a tuple?", "How can I turn lists into tuples in Python?"),  # same way
+        ("convert km to miles", "how many miles is a kilometre"),  # one side says no direction
+        ("Convert JSON to YAML and back", "How do I convert YAML to JSON and JSON to YAML?"),  # both ways
+    ],
+)
+def test_the_same_conversion_in_other_words_is_not_a_reversal(query: str, candidate: str) -> None:
+    assert not conversion_reversed(query, candidate)
 
 
 @pytest.mark.parametrize(
