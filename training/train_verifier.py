@@ -65,6 +65,8 @@ from training.training_loop import Example, Schedule, fine_tune
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 SEED = 20240610
+# English pairs written for training only (2026-12-05): see `written_stage_pairs`.
+WRITTEN_FILE = Path(__file__).resolve().parent / "data" / "english_written.jsonl"
 
 
 def main() -> None:
@@ -103,11 +105,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--stage",
-        choices=("paraphrase", "rubric", "rewordings"),
+        choices=("paraphrase", "rubric", "rewordings", "written"),
         default="paraphrase",
         help="paraphrase: every source, raw Quora for volume (the first stage, from the base model); "
         "rubric: only pairs labelled on the rubric, reviewed pairs weighted up (the second stage, --resume); "
-        "rewordings: the chatbot rewordings and hard negatives with the rubric's pairs (the third stage, --resume)",
+        "rewordings: the chatbot rewordings and hard negatives with the rubric's pairs (the third stage, --resume); "
+        "written: the third stage's pairs and the English pairs written for training (`WRITTEN_FILE`, --resume)",
     )
     args = parser.parse_args()
 
@@ -120,6 +123,8 @@ def main() -> None:
         examples = rubric_pairs(args.data_dir)
     elif args.stage == "rewordings":
         examples = rewording_pairs(args.data_dir)
+    elif args.stage == "written":
+        examples = written_stage_pairs(args.data_dir)
     else:
         examples = training_pairs(args.data_dir, transitive=not args.no_implied)
     soft = soft_targets(args.data_dir)
@@ -243,6 +248,18 @@ def rewording_pairs(
     # teach true paraphrases as negatives.
     looked_up = lookup_candidates(chatbot_train, lookup_candidates_k)
     return 4 * chatbot_train + 2 * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
+
+
+def written_stage_pairs(data_dir: Path, path: Path = WRITTEN_FILE, seed: int = SEED) -> list[LabelledPair]:
+    """The `written` stage's pairs: the third stage's, and the English pairs written for training only.
+
+    `WRITTEN_FILE` holds rewordings and hard negatives in subjects the development sets do not have (no text
+    of a calibration or test part: `tests/training/test_written_pairs.py`), in the chatbot families and in
+    Quora's style, where the third stage had only the chatbot set's ~1,700 train pairs. They are shown four
+    times, and the candidates their wordings meet as lookups in one scope holding them twice.
+    """
+    written = load_pairs(path)
+    return rewording_pairs(data_dir, seed) + 4 * written + 2 * lookup_candidates(written, LOOKUP_CANDIDATES)
 
 
 def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:

@@ -1,5 +1,5 @@
-"""The pairs written for the multilingual verifier's training: well formed, and none of their texts in a part
-that judges the rule (the development set's calibration and test parts, the new-subjects check)."""
+"""The pairs written for the verifiers' training (multilingual and English): well formed, and none of their
+texts in a part that judges the rule (the development sets' calibration and test parts, the new-subjects check)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from semantic.pair_sets import MULTILINGUAL_FILE, file_part
+from semantic.pair_sets import CHATBOT_FILE, MULTILINGUAL_FILE, file_part, held_out_texts, load_pairs
 from training.multilingual_pairs import LANGUAGES, written_pairs
+from training.train_verifier import WRITTEN_FILE as ENGLISH_WRITTEN_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT.parent / "shared" / "data"
@@ -38,4 +39,22 @@ def test_no_written_text_is_one_that_judges_the_rule() -> None:
     with NEW_SUBJECTS.open(encoding="utf-8") as lines:
         judged |= {json.loads(line)[key].strip() for line in lines if line.strip() for key in ("a", "b")}
     written = {text.strip() for pair in written_pairs() for text in (pair.a, pair.b)}
+    assert not written & judged
+
+
+def test_english_written_pairs_are_labelled_pairs_of_two_different_texts() -> None:
+    pairs = load_pairs(ENGLISH_WRITTEN_FILE)
+    labels = [pair.label for pair in pairs]
+    assert labels.count(1) >= 500 and labels.count(0) >= 500
+    assert all(pair.kind and pair.a != pair.b for pair in pairs)
+    assert len({frozenset((pair.a, pair.b)) for pair in pairs}) == len(pairs)
+
+
+def test_no_english_written_text_is_one_that_judges_the_rule() -> None:
+    if not (DATA_DIR / CHATBOT_FILE).is_file():
+        pytest.skip(f"{DATA_DIR / CHATBOT_FILE} is not here")
+    judged = {text.strip().casefold() for text in held_out_texts(DATA_DIR)}
+    written = {
+        text.strip().casefold() for pair in load_pairs(ENGLISH_WRITTEN_FILE) for text in (pair.a, pair.b)
+    }
     assert not written & judged
