@@ -138,18 +138,18 @@ def _both_ways(conversions: set[tuple[str, str]]) -> bool:
 
 
 def _conversions(text: str) -> set[tuple[str, str]]:
-    found: set[tuple[str, str]] = set()
     lowered = text.lower().replace("’", "'")
-    for pattern in (_CONVERT_TO, _FROM_TO, _AND_TO):
-        if pattern is _AND_TO and not found:  # "... and Y to X" only continues a conversion
-            break
-        for match in pattern.finditer(lowered):
-            source, target = _head(match["source"]), _head(match["target"])
-            if source and target and source != target:
-                found.add((source, target))
+    found = _matched_conversions(lowered, _CONVERT_TO) | _matched_conversions(lowered, _FROM_TO)
+    if found:  # "... and Y to X" only continues a conversion
+        found |= _matched_conversions(lowered, _AND_TO)
     if _BOTH_WAYS.search(lowered):  # "JSON to YAML and back": either way
         found |= {(target, source) for source, target in found}
     return found
+
+
+def _matched_conversions(lowered: str, pattern: re.Pattern[str]) -> set[tuple[str, str]]:
+    heads = ((_head(match["source"]), _head(match["target"])) for match in pattern.finditer(lowered))
+    return {(source, target) for source, target in heads if source and target and source != target}
 
 
 def _head(phrase: str) -> str:
