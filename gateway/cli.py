@@ -233,6 +233,14 @@ def calibrate(
     ],
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N pairs of each file.")] = None,
     part: Annotated[str, typer.Option(help=_PART_HELP)] = "all",
+    feedback: Annotated[
+        bool,
+        typer.Option(
+            "--feedback/--no-feedback",
+            help="Also fit on the hits reported through /admin/feedback (KVGATE_DATA_DIR/feedback.jsonl, "
+            "when it exists), and refuse every one reported wrong.",
+        ),
+    ] = True,
 ) -> None:
     """Fit the semantic rule's target -> threshold map to labelled pairs; `serve` then uses it.
 
@@ -240,22 +248,31 @@ def calibrate(
     """
     from rich.progress import MofNCompleteColumn
 
+    from gateway.observability.feedback_log import FEEDBACK_FILE
     from semantic.evaluation import calibrate as fit_calibration
 
     settings = Settings()
     out = settings.data_dir / "calibration.json"
+    reported = settings.data_dir / FEEDBACK_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        _check_part(file, part)
     with Progress(TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), console=console) as bar:
         task = bar.add_task("pairs", total=None)
-        for file in files:
-            _check_part(file, part)
-        fit_calibration(
-            files,
-            out,
-            part=part,
-            limit=limit,
-            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )
+        try:
+            fit_calibration(
+                files,
+                out,
+                part=part,
+                limit=limit,
+                on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+                feedback=reported if feedback and reported.is_file() else None,
+            )
+        except ValueError as error:
+            console.print(f"[red]kvgate calibrate:[/red] {error}")
+            raise typer.Exit(code=2) from error
+    if feedback and reported.is_file():
+        console.print(f"with the hits reported in {reported}: every one reported wrong is refused")
     console.print(f"calibration written to {out}; restart `kvgate serve` to use it")
 
 

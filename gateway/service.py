@@ -1,7 +1,8 @@
 """The request flow, top to bottom: scope -> exact layer -> semantic layer -> backend -> store.
 
     answer():   which model  ->  scope (semantic.store.scope)  ->  cache lookup (exact, then semantic)
-                -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit)
+                -> hit: a `CachedAnswer` (a semantic one is remembered: its wording becomes an exact hit;
+                   the pair is kept for the feedback window, so that it can be reported: `feedback.py`)
                 -> miss: join the identical generation already in flight, or start one (bounded)
     on finish:  store the answer if it is complete and the client allowed it: the whole object the backend
                 sent (`StoredAnswer`), never an error, a refusal or a content-filtered answer; an answer that
@@ -40,6 +41,7 @@ from gateway.backends.protocol import (
     GenerationRequest,
 )
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.served_hits import ServedHit, ServedHits
 from gateway.observability.shadow import ShadowStats
 from gateway.observability.stats import HitStats
 from gateway.traffic.breaker import CircuitBreaker
@@ -102,6 +104,7 @@ class CompletionService:
         shadow_mode: bool = False,
         store_breaker: CircuitBreaker | None = None,
         store_error_log_interval_s: float = 60.0,
+        served_hits: ServedHits | None = None,
     ) -> None:
         self.cache = cache
         self.backend = backend
@@ -115,6 +118,7 @@ class CompletionService:
         self.shadow_mode = shadow_mode
         self.store_breaker = store_breaker
         self.store_error_log_interval_s = store_error_log_interval_s
+        self.served_hits = served_hits
         self.shadow = ShadowStats()
         self._flights: dict[str, Flight] = {}
         self._pending = 0
@@ -140,6 +144,8 @@ class CompletionService:
                 )
                 if lookup.kind is LookupKind.SEMANTIC_HIT and not call.control.no_store:
                     await self._remember(scope, lookup.entry)
+                if lookup.entry.exact_key != scope.exact_key and not call.control.no_store:
+                    await self._keep_served(ServedHit.of(call.request_id, scope, lookup.entry))
                 self._record(call, scope, lookup, lookup.kind.value, stored)
                 return CachedAnswer(stored, lookup)
         if call.admit is not None:
@@ -315,6 +321,17 @@ class CompletionService:
             self._store_ok()
         except (RedisError, OSError) as error:
             self._store_failed("remember", error)
+
+    async def _keep_served(self, hit: ServedHit) -> None:
+        """A pair of prompts was served (a semantic hit, or a wording remembered from one): kept for the
+        feedback window, so that it can be reported (best effort)."""
+        if self.served_hits is None or (self.store_breaker is not None and not self.store_breaker.allow()):
+            return
+        try:
+            await self.served_hits.remember(hit)
+            self._store_ok()
+        except (RedisError, OSError) as error:
+            self._store_failed("keep served hit", error)
 
     async def _store(
         self,

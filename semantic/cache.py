@@ -4,9 +4,12 @@
              there too)  ->  a prompt in a language the rule was not measured on stops here
              ->  embed the prompt (micro-batched, off the loop)
              ->  search the scope's FAISS index  ->  read the candidates from Redis (gone = miss, and
-             out of the index)  ->  the HitRule judges the `judged` nearest fresh ones (cheap checks on the
+             out of the index; one this wording was reported wrongly served = never a candidate for
+             it again)  ->  the HitRule judges the `judged` nearest fresh ones (cheap checks on the
              loop; pairs that need the verifier batched across concurrent lookups, off the loop), and the
              accepted one it scores highest is served
+    veto:    a hit reported wrong: the pair of prompts is kept in Redis (per scope, so per tenant), the
+             wording's remembered alias to the entry goes; every process's lookups skip the pair
     insert:  embed unless the lookup already did (not in an unmeasured language: exact layer only)  ->  store in Redis (one entry per exact key)
              ->  index locally; other processes learn of it from the change stream
 
@@ -194,7 +197,8 @@ class SemanticCache:
         neighbours = self.sync.index.search(scope.scope_id, embedding.vector, self.config.candidates)
         search_ms = _ms_since(search_started)
 
-        fresh = await self._fresh_candidates(scope.scope_id, neighbours, min_created)
+        vetoed = await self.store.vetoed(scope) if neighbours else frozenset[str]()
+        fresh = await self._fresh_candidates(scope.scope_id, neighbours, min_created, vetoed)
         if not fresh:
             return Lookup(
                 LookupKind.MISS,
@@ -247,6 +251,14 @@ class SemanticCache:
             return False
         return await self.store.remember(scope, entry.entry_id)
 
+    async def veto(self, scope: RequestScope, entry_id: str, stored_key: str) -> None:
+        """A hit reported wrong: the prompt stored under `stored_key` (the entry `entry_id`, or any later
+        entry of the same prompt) is never served for this request's wording again, in its scope only, so
+        for its tenant only. Kept in the store: it holds in every process and after a restart."""
+        if stored_key == scope.exact_key:
+            raise ValueError("an exact hit is the same request, not a pair to veto: purge the entry instead")
+        await self.store.veto(scope, entry_id, stored_key)
+
     async def insert(
         self,
         scope: RequestScope,
@@ -293,10 +305,10 @@ class SemanticCache:
         self.sync.remove_local(scope_id, entry_ids)
 
     async def _fresh_candidates(
-        self, scope_id: str, neighbours: list[Neighbour], min_created: float
+        self, scope_id: str, neighbours: list[Neighbour], min_created: float, vetoed: frozenset[str]
     ) -> list[tuple[CacheEntry, float]]:
-        """The `judged` nearest neighbours still in Redis and fresh enough, nearest first; gone ones leave
-        the index and the scope."""
+        """The `judged` nearest neighbours still in Redis, fresh enough and not stored under a `vetoed`
+        exact key, nearest first; gone ones leave the index and the scope."""
         if not neighbours:
             return []
         entries = await self.store.get_many(scope_id, [neighbour.entry_id for neighbour in neighbours])
@@ -309,7 +321,7 @@ class SemanticCache:
         fresh = [
             (entry, neighbour.similarity)
             for neighbour, entry in zip(neighbours, entries, strict=True)
-            if entry is not None and entry.created >= min_created
+            if entry is not None and entry.created >= min_created and entry.exact_key not in vetoed
         ]
         return fresh[: self.config.judged]
 

@@ -2,8 +2,9 @@
 
 A pairs file has one `{"a": ..., "b": ..., "label": 0|1}` per line. `eval-pairs` stores each `a` in a
 scope of its own, looks its `b` up there, and scores the verdicts against the labels; `calibrate` fits
-the rule's target -> threshold map on such a file. The per-pair cache step is one batched callable
-(`PairProbe`), so the same scoring runs over the rule alone or over the full cache.
+the rule's target -> threshold map on such files (and on the hits reported through `/admin/feedback`,
+every one reported wrong then refused: `semantic/reported_pairs.py`). The per-pair cache step is one
+batched callable (`PairProbe`), so the same scoring runs over the rule alone or over the full cache.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from semantic.embedding.embedder import Embedder, SentenceEmbedder
 from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.language_routing import served_embedder
 from semantic.pair_sets import LabelledPair, file_part
+from semantic.reported_pairs import refuse_reported, reported_pairs
 from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
@@ -330,13 +332,19 @@ def calibrate(
     guards: tuple[str, ...] = DEFAULT_GUARDS,
     limit: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    feedback: Path | None = None,
 ) -> Path:
     """Fit the rule's target -> threshold map on labelled pairs files (`part` of each) and write it to `out`.
 
     The verifier scores every pair above a loose cosine floor, so the fit sees the whole uncertain band.
-    `low_cosine` defaults to the shipped calibration's gate.
+    `low_cosine` defaults to the shipped calibration's gate. `feedback` is a file of reported hits (the
+    gateway's `feedback.jsonl`, read whole): its pairs join the fit, then every fitted threshold is raised
+    above the pairs reported wrong, so that the calibration written refuses each of them (`refuse_reported`).
     """
     pairs = [pair for path in paths for pair in file_part(path, part, limit)]
+    reported = reported_pairs(feedback) if feedback is not None else []
+    reported_wrong = np.array([False] * len(pairs) + [pair.label == 0 for pair in reported], dtype=bool)
+    pairs += reported
     gate = low_cosine if low_cosine is not None else Calibration.load(SHIPPED_CALIBRATION).low_cosine
     embedder = default_embedder()
     verifier = PairVerifier()
@@ -372,6 +380,13 @@ def calibrate(
     )
     near = np.array([near_duplicate_reason(pair.b, pair.a) is not None for pair in pairs])
     labels = np.array([pair.label for pair in pairs])
+    fitted_on: dict[str, object] = {"files": [path.name for path in paths], "part": part, "pairs": len(pairs)}
+    if feedback is not None:
+        fitted_on["feedback"] = {
+            "file": feedback.name,
+            "pairs": len(reported),
+            "wrong": int(reported_wrong.sum()),
+        }
     calibration = fit_calibration(
         similarities,
         probabilities,
@@ -381,9 +396,13 @@ def calibrate(
         low_cosine=gate,
         guards=guards,
         verifier_sha256=file_sha256(WEIGHTS_FILE),
-        fitted_on={"files": [path.name for path in paths], "part": part, "pairs": len(pairs)},
+        fitted_on=fitted_on,
         languages=languages,
         combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
+    )
+    judged = (similarities >= gate) & ~vetoed
+    calibration = refuse_reported(
+        calibration, similarities, probabilities, judged, near, labels, reported_wrong
     )
     return calibration.save(out)
 

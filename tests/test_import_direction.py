@@ -26,7 +26,8 @@ ROOMS: dict[str, list[set[str]]] = {
     "gateway": [
         {"gateway.cli", "gateway.supervisor"},  # the commands: start the processes, serve the app
         {"gateway.http"},  # the app, its routes and the HTTP workers
-        {"gateway.service", "gateway.embeddings", "gateway.answers"},  # one request's flow, per API
+        # one request's flow, per API; a reported hit's flow
+        {"gateway.service", "gateway.embeddings", "gateway.answers", "gateway.feedback"},
         {"gateway.backends", "gateway.traffic", "gateway.observability", "gateway.runtime"},
         {"gateway.api"},  # OpenAI's objects, errors, ids: what every room speaks
     ],
@@ -37,6 +38,7 @@ ROOMS: dict[str, list[set[str]]] = {
             "semantic.pair_sets",
             "semantic.scope_lookups",
             "semantic.language_routing",
+            "semantic.reported_pairs",
         },  # the cache's flow, its measurement
         {"semantic.rule", "semantic.index"},
         {"semantic.store", "semantic.embedding"},

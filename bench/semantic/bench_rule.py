@@ -42,12 +42,14 @@ from semantic.pair_sets import (
 )
 from semantic.rule.calibrated import (
     DEFAULT_GUARDS,
+    DEFAULT_SET_BOUNDS,
     DEFAULT_TARGET_FALSE_HIT_RATE,
     SHIPPED_CALIBRATION,
     CalibratedRule,
     Calibration,
     file_sha256,
     fit_calibration,
+    set_false_hit_rates,
 )
 from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
 from semantic.rule.near_duplicate import near_duplicate_reason
@@ -111,6 +113,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--weights", type=Path, default=WEIGHTS_FILE)
     parser.add_argument("--write-calibration", action="store_true")
+    parser.add_argument(
+        "--calibration-out", type=Path, help="also write the fitted calibration here (to read a checkpoint)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--guards",
@@ -154,13 +159,18 @@ def main() -> None:
         lookup_features = lookup_features + found
     calibration_features = pair_features + lookup_features
     groups = np.concatenate([np.full(len(pair_features.pairs), -1), lookup_groups])
+    sets = np.array(
+        [name for name, _ in CALIBRATION_SETS for _ in features[f"{name}/calibration"].pairs]
+        + [name for name in LOOKUP_CALIBRATION_SETS for _ in lookups[name][0].pairs]
+    )
     guards = tuple(GUARDS_BY_NAME[guard] for guard in guard_names)
+    vetoed, near = calibration_features.vetoed(guards), calibration_features.near_duplicates()
     calibration = fit_calibration(
         calibration_features.cosines,
         calibration_features.probabilities,
-        calibration_features.vetoed(guards),
+        vetoed,
         calibration_features.labels,
-        near_duplicates=calibration_features.near_duplicates(),
+        near_duplicates=near,
         low_cosine=LOW_COSINE,
         guards=guard_names,
         verifier_sha256=sha,
@@ -171,13 +181,37 @@ def main() -> None:
             "pairs": len(pair_features.pairs),
             "lookups": len(np.unique(lookup_groups)),
             "lookup_candidates": LOOKUP_CANDIDATES,
+            "set_bounds": DEFAULT_SET_BOUNDS,
         },
         lookups=groups,
         combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
+        sets=sets,
+        set_bounds=DEFAULT_SET_BOUNDS,
     )
+    by_set = set_false_hit_rates(
+        calibration,
+        calibration_features.cosines,
+        calibration_features.probabilities,
+        (calibration_features.cosines >= LOW_COSINE) & ~vetoed,
+        near,
+        calibration_features.labels,
+        sets,
+        groups,
+        DEFAULT_TARGET_FALSE_HIT_RATE,
+    )
+    calibration.fitted_on["at_default_target"] = {
+        name: {"hits": hits, "wrong": wrong} for name, (hits, wrong) in by_set.items()
+    }
     print(
         f"\ncalibration ({', '.join(f'{name}/calibration' for name, _ in CALIBRATION_SETS)}: "
         f"{len(pair_features.pairs)} pairs, and {len(np.unique(lookup_groups))} lookups in their populated scopes):"
+    )
+    print(
+        f"  at the default target {DEFAULT_TARGET_FALSE_HIT_RATE}, per set (bound): "
+        + ", ".join(
+            f"{name} {wrong}/{hits} wrong ({DEFAULT_SET_BOUNDS[name] * DEFAULT_TARGET_FALSE_HIT_RATE:.3f})"
+            for name, (hits, wrong) in by_set.items()
+        )
     )
     for point in calibration.points:
         print(
@@ -186,6 +220,8 @@ def main() -> None:
         )
     if args.write_calibration:
         print(f"wrote {calibration.save(SHIPPED_CALIBRATION)}")
+    if args.calibration_out is not None:
+        print(f"wrote {calibration.save(args.calibration_out)}")
 
     for name in REPORTED:
         report_rule(name, features[name], calibration)

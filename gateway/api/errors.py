@@ -66,8 +66,20 @@ class MethodNotAllowed(KvgateError):
     error_type = "invalid_request_error"
 
 
+class Conflict(KvgateError):
+    status_code = 409
+    error_type = "invalid_request_error"
+
+
 class PayloadTooLarge(KvgateError):
     status_code = 413
+    error_type = "invalid_request_error"
+
+
+class Unprocessable(KvgateError):
+    """Well-formed, but it contradicts itself or what kvgate knows."""
+
+    status_code = 422
     error_type = "invalid_request_error"
 
 

@@ -19,11 +19,14 @@ from gateway.api.errors import install_error_handlers
 from gateway.backends.protocol import Backend
 from gateway.backends.upstream import UpstreamBackend
 from gateway.embeddings import EmbeddingsService
+from gateway.feedback import FeedbackService
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
 from gateway.http.routes import admin, anthropic, embeddings, health, openai, passthrough
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
+from gateway.observability.feedback_log import FEEDBACK_FILE, FeedbackLog
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.served_hits import ServedHits
 from gateway.observability.stats import HitStats
 from gateway.observability.tracecontext import TraceContextMiddleware
 from gateway.observability.tracing import Tracing
@@ -142,6 +145,7 @@ def create_app(
             )
             app.state.backend = backend
             app.state.generator_source = resolve_generator(settings.generator, settings.model_dir)
+            served_hits = ServedHits(store.client, settings.feedback_window_s)
             app.state.service = CompletionService(
                 cache,
                 backend,
@@ -155,6 +159,10 @@ def create_app(
                 shadow_mode=settings.shadow_mode,
                 store_breaker=breakers["store"],
                 store_error_log_interval_s=settings.store_error_log_interval_s,
+                served_hits=served_hits,
+            )
+            app.state.feedback = FeedbackService(
+                cache, served_hits, FeedbackLog(settings.data_dir / FEEDBACK_FILE), app.state.service.stats
             )
             app.state.embeddings = EmbeddingsService(app.state.service)
             weights = getattr(backend, "weights", None)  # the engine's weights format, and why

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from gateway.feedback import FeedbackService
 from gateway.http.auth import AdminGuard, KeyRing, Tenant
 from gateway.runtime.settings import Settings
 from gateway.service import CompletionService
@@ -21,6 +22,11 @@ async def _service(request: Request) -> CompletionService:
     return service
 
 
+async def _feedback(request: Request) -> FeedbackService:
+    feedback: FeedbackService = request.app.state.feedback
+    return feedback
+
+
 async def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None) -> Tenant:
     keys: KeyRing = request.app.state.keys
     return keys.tenant_for(authorization)
@@ -34,5 +40,6 @@ async def _admin(request: Request, authorization: Annotated[str | None, Header()
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 ServiceDep = Annotated[CompletionService, Depends(_service)]
+FeedbackDep = Annotated[FeedbackService, Depends(_feedback)]
 CurrentTenant = Annotated[Tenant, Depends(_tenant)]
 AdminCaller = Annotated[str, Depends(_admin)]

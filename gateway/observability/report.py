@@ -4,7 +4,8 @@
                                  `gateway/observability/report_stats.py`)
     print_report(stats)      ->  rich tables: hit rates by layer (overall, per tenant, per model; since
                                  start and last hour), tokens and time saved, top scopes, similarity
-                                 around the threshold, the engine's prefix-cache token hit rate
+                                 around the threshold, the engine's prefix-cache token hit rate, the
+                                 hits reported wrong or right (`/admin/feedback`), when there are any
 
 The HTML page is `gateway/observability/report_html.py`; both share the number formatting below. Knows the stats
 JSON and HTTP, nothing about how the gateway computes them.
@@ -57,6 +58,8 @@ def print_report(stats: dict[str, Any], console: Console, source: str, tenant: s
     console.print(f"[bold]kvgate hit-rate report[/bold] · {source}{scope} · up {duration(stats['uptime_s'])}")
     for key, title in WINDOWS:
         console.print(tally_table(stats[key], title))
+    if feedback_rows(stats):
+        console.print(feedback_table(stats))
     if stats.get("top_scopes"):
         console.print(top_scopes_table(stats["top_scopes"]))
     console.print(similarity_line(stats.get("similarity"), stats.get("rule")))
@@ -91,6 +94,30 @@ def tally_table(section: dict[str, Any], title: str) -> Table:
             count(tally["tokens_saved"]),
             duration(tally["seconds_saved"]),
         )
+    return table
+
+
+def feedback_rows(stats: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """Reported hits, overall and per tenant that has any: (label, [wrong, right] since start, then in the
+    last hour); empty when nothing was reported since start."""
+    since_start, last_hour = stats["since_start"], stats["last_hour"]
+    if not any(_reported(since_start["overall"])):
+        return []
+    rows = [("overall", _reported(since_start["overall"]) + _reported(last_hour["overall"]))]
+    for name, tally in since_start["by_tenant"].items():
+        if any(_reported(tally)):
+            hour = last_hour["by_tenant"].get(name, {})
+            rows.append((f"tenant {name}", _reported(tally) + _reported(hour)))
+    return rows
+
+
+def feedback_table(stats: dict[str, Any]) -> Table:
+    table = Table(title="Semantic hits reported (/admin/feedback)", title_justify="left")
+    table.add_column("")
+    for column in ("wrong", "right", "wrong, last hour", "right, last hour"):
+        table.add_column(column, justify="right")
+    for label, counts in feedback_rows(stats):
+        table.add_row(f"[bold]{label}[/bold]" if label == "overall" else label, *(str(n) for n in counts))
     return table
 
 
@@ -154,6 +181,10 @@ def near_misses(similarity: dict[str, Any], threshold: float, width: float = 0.0
         if bound is not None and threshold - width < bound <= threshold + 1e-9:
             total += misses
     return total
+
+
+def _reported(tally: dict[str, Any]) -> list[int]:
+    return [int(tally.get("feedback_wrong", 0)), int(tally.get("feedback_right", 0))]
 
 
 def percent(rate: float) -> str:

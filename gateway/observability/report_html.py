@@ -3,7 +3,8 @@
 Nothing is loaded from anywhere (no scripts, fonts or images by URL), so the page opens offline and
 can be mailed around. Sections: headline numbers, hit rate over the last hour by layer, best-candidate
 similarity with the rule's threshold, top scopes by hits, tokens and time saved, hit rates by tenant
-and model, the engine's prefix-cache token hit rate. Reads the `/admin/stats` JSON, nothing else.
+and model, the engine's prefix-cache token hit rate, the hits reported wrong or right (when any were).
+Reads the `/admin/stats` JSON, nothing else.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import time
 from html import escape
 from typing import Any
 
-from gateway.observability.report import WINDOWS, count, duration, near_misses, percent, shadow_line
+from gateway.observability.report import (
+    WINDOWS,
+    count,
+    duration,
+    feedback_rows,
+    near_misses,
+    percent,
+    shadow_line,
+)
 
 EXACT, SEMANTIC, MISS, BYPASS = "#2563eb", "#14b8a6", "#cbd5e1", "#c4b5fd"
 SIM_HIT, SIM_MISS, THRESHOLD = "#14b8a6", "#f59e0b", "#dc2626"
@@ -81,6 +90,7 @@ def render_html(
         ),
         "</div>",
         _shadow_card(stats.get("shadow")),
+        _feedback_card(stats),
         _card(
             "Hit rates by tenant and model",
             "Requests each layer answered, and what the hits saved.",
@@ -338,6 +348,25 @@ def _shadow_card(shadow: dict[str, Any] | None) -> str:
         return ""
     return _card(
         "Shadow mode", "Semantic hits found but answered by the backend, for tuning.", shadow_line(shadow)
+    )
+
+
+def _feedback_card(stats: dict[str, Any]) -> str:
+    rows = feedback_rows(stats)
+    if not rows:
+        return ""
+    head = "<tr><th></th><th>wrong</th><th>right</th><th>wrong, last hour</th><th>right, last hour</th></tr>"
+    cells = "".join(
+        f"<tr{' class=overall' if label == 'overall' else ''}><td>{escape(label)}</td>"
+        + "".join(f"<td>{count(value)}</td>" for value in counts)
+        + "</tr>"
+        for label, counts in rows
+    )
+    return _card(
+        "Semantic hits reported",
+        "Reports through /admin/feedback since start; a hit reported wrong is never served to that wording "
+        "again.",
+        f"<table>{head}{cells}</table>",
     )
 
 

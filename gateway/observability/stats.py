@@ -1,6 +1,6 @@
 """Hit-rate bookkeeping behind `/admin/stats`: counts by tenant, model, route, prompt language and cache
 result, since start and over the last hour (one-minute buckets), plus the tokens and engine seconds that hits
-saved.
+saved, and the hits reported wrong or right (`/admin/feedback`).
 
 One process's view; behind `kvgate serve --workers N` the route merges every worker's (`export` /
 `merged`). `/metrics` carries the same counts for Prometheus to sum across replicas.
@@ -16,6 +16,7 @@ from typing import Any
 from gateway.observability.report_stats import ScopeHits
 
 RESULTS = ("exact_hit", "semantic_hit", "miss", "bypass")
+VERDICTS = ("wrong", "right")
 # The language of a request whose text was not read (a pass-through route): ISO 639-2's "no linguistic
 # content", the code `semantic.rule.language` gives a prompt without letters.
 NO_LANGUAGE = "zxx"
@@ -30,6 +31,7 @@ class Tally:
     results: Counter[str] = field(default_factory=Counter)
     tokens_saved: int = 0
     seconds_saved: float = 0.0
+    feedback: Counter[str] = field(default_factory=Counter)  # reported hits by verdict: not requests
 
     def add(self, result: str, tokens_saved: int, seconds_saved: float) -> None:
         self.results[result] += 1
@@ -40,18 +42,21 @@ class Tally:
         self.results.update(other.results)
         self.tokens_saved += other.tokens_saved
         self.seconds_saved += other.seconds_saved
+        self.feedback.update(other.feedback)
 
     def export(self) -> dict[str, Any]:
         return {
             "results": dict(self.results),
             "tokens_saved": self.tokens_saved,
             "seconds_saved": self.seconds_saved,
+            "feedback": dict(self.feedback),
         }
 
     @classmethod
     def from_export(cls, data: dict[str, Any]) -> Tally:
         results = Counter({str(key): int(value) for key, value in data["results"].items()})
-        return cls(results, int(data["tokens_saved"]), float(data["seconds_saved"]))
+        feedback = Counter({str(key): int(value) for key, value in data.get("feedback", {}).items()})
+        return cls(results, int(data["tokens_saved"]), float(data["seconds_saved"]), feedback)
 
     def report(self) -> dict[str, Any]:
         total = sum(self.results.values())
@@ -65,6 +70,7 @@ class Tally:
             "semantic_hit_rate": counts["semantic_hit"] / total if total else 0.0,
             "tokens_saved": self.tokens_saved,
             "seconds_saved": round(self.seconds_saved, 3),
+            **{f"feedback_{verdict}": self.feedback.get(verdict, 0) for verdict in VERDICTS},
         }
 
 
@@ -93,11 +99,15 @@ class HitStats:
         if scope_id is not None and result in ("exact_hit", "semantic_hit"):
             self.scopes.add(scope_id, tenant, model, result)
         self._since_start[key].add(result, tokens_saved, seconds_saved)
-        minute = int(self._clock() // _BUCKET_S)
-        if not self._buckets or self._buckets[-1][0] != minute:
-            self._buckets.append((minute, defaultdict(Tally)))
-        self._buckets[-1][1][key].add(result, tokens_saved, seconds_saved)
-        self._drop_old(minute)
+        self._current_bucket()[key].add(result, tokens_saved, seconds_saved)
+
+    def record_feedback(self, tenant: str, model: str, route: str, language: str, verdict: str) -> None:
+        """A served hit reported `wrong` or `right`, counted under the request it was served for."""
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        key = (tenant, model, route, language)
+        self._since_start[key].feedback[verdict] += 1
+        self._current_bucket()[key].feedback[verdict] += 1
 
     def report(self, tenant: str | None = None) -> dict[str, Any]:
         """Overall, per tenant, model, route and language; `tenant` restricts every section to one tenant."""
@@ -142,6 +152,13 @@ class HitStats:
             stats.scopes.merge(data["scopes"])
         stats._buckets.extend(sorted(by_minute.items()))
         return stats
+
+    def _current_bucket(self) -> dict[Key, Tally]:
+        minute = int(self._clock() // _BUCKET_S)
+        if not self._buckets or self._buckets[-1][0] != minute:
+            self._buckets.append((minute, defaultdict(Tally)))
+        self._drop_old(minute)
+        return self._buckets[-1][1]
 
     def _drop_old(self, minute: int) -> None:
         while self._buckets and self._buckets[0][0] <= minute - _WINDOW_BUCKETS:

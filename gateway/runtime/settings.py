@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     target_false_hit_rate: float = Field(default=0.02, gt=0, lt=0.5)
     """The semantic rule's bound on wrong hits among hits."""
 
+    feedback_window_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600.0)
+    """How long a served semantic hit can be reported through `/admin/feedback` (by its request id or entry
+    id): each one is kept in Redis, both prompts included, for this long."""
+
     shadow_mode: bool = False
     """Count and log semantic hits but answer them from the backend, comparing the two answers (tuning)."""
 

@@ -25,10 +25,10 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -55,7 +55,12 @@ DEFAULT_GUARDS: tuple[str, ...] = (
     "languages",
     "task",
     "case",
+    "aspect",
 )
+# The default promise, per kind of traffic (`fit_calibration`'s `set_bounds`): wrong hits among hits at most
+# the target times this, in each calibration set separately. At the default 2%: rewordings against related
+# questions (chatbot) 1%, minimal edits (adversarial pairs, task requests) 2%, Quora-style open questions 5%.
+DEFAULT_SET_BOUNDS: dict[str, float] = {"chatbot": 0.5, "adversarial": 1.0, "reviewed": 1.0}
 CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
 # false-hit rate too noisy to bound anything.
@@ -309,6 +314,8 @@ def fit_calibration(
     languages: tuple[str, ...] = _LANGUAGES_BEFORE_RECORDED,
     lookups: npt.NDArray[np.int_] | None = None,
     combiner_target: float | None = None,
+    sets: npt.NDArray[np.str_] | None = None,
+    set_bounds: Mapping[str, float] | None = None,
 ) -> Calibration:
     """Fit the cosine/verifier combiner, then for each target the lowest threshold on the combined score
     whose hits on these pairs stay within the target.
@@ -328,6 +335,12 @@ def fit_calibration(
     of scores, not the few highest where a strict target's threshold falls. With `combiner_target`, a few
     fixed weightings (`_COMBINER_GRID`) compete with it, and the one whose fitted point for that target
     serves the most right hits on these pairs is kept (one ratio chosen on thousands of pairs).
+
+    `sets` (one name per row) and `set_bounds` (a name -> a multiple of the target) make each target a bound
+    per kind of traffic: a threshold is fitted for target t only where, in every named set separately, at
+    most t times its multiple of that set's hits are wrong (`DEFAULT_SET_BOUNDS`: rewordings against related
+    questions at half the target, minimal edits at the target, Quora-style open questions at 2.5 times it).
+    Without them one bound holds over all the rows together.
     """
     decided = near_duplicates if near_duplicates is not None else np.zeros(len(labels), dtype=bool)
     groups = lookups if lookups is not None else np.full(len(labels), -1)
@@ -344,13 +357,7 @@ def fit_calibration(
 
     def points_for(combiner: tuple[float, float, float]) -> list[CalibrationPoint]:
         probe = Calibration(low_cosine, guards, (), verifier_sha256, fitted_on, combiner, logit_range)
-        scores = np.full(len(labels), -np.inf)
-        scores[eligible] = [
-            _DECIDED_SCORE if near else probe.combine(float(cosine), float(probability))
-            for cosine, probability, near in zip(
-                similarities[eligible], probabilities[eligible], decided[eligible], strict=True
-            )
-        ]
+        scores = combined_scores(probe, similarities, probabilities, eligible, decided)
         competing = eligible & _best_of_each_lookup(scores, groups)
         combined = scores[competing]
         order = np.argsort(-combined, kind="stable")
@@ -364,9 +371,13 @@ def fit_calibration(
         # saturate at 1.0 for a confident verifier, so ties are common at the top.
         served_at = np.where(ranked_scores >= _DECIDED_SCORE, np.inf, np.minimum(ranked_scores, 1.0))
         cut = np.append(np.minimum(served_at[:-1], 1.0) > served_at[1:], True)
+        ranked_sets = None if sets is None else np.asarray(sets)[competing][order]
         points = []
         for target in sorted(targets):
-            within = np.flatnonzero(cut & (false_hit_rates <= target) & (hits >= MIN_CALIBRATION_HITS))
+            holds = false_hit_rates <= target
+            if ranked_sets is not None and set_bounds is not None:
+                holds = _each_set_within(ranked_sets, ranked_labels, set_bounds, target)
+            within = np.flatnonzero(cut & holds & (hits >= MIN_CALIBRATION_HITS))
             if len(within) == 0:
                 continue
             count = int(within[-1]) + 1
@@ -399,6 +410,67 @@ def fit_calibration(
 # logit's weight 1 and the cosine's from 0 (the verifier alone) to 32 (the cosine decides). Only the ratio
 # orders pairs; the bias keeps the combined score of a typical pair near the middle of (0, 1).
 _COMBINER_GRID = tuple((weight, 1.0, -0.75 * weight) for weight in (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
+
+
+def _each_set_within(
+    ranked_sets: npt.NDArray[np.str_],
+    ranked_labels: npt.NDArray[np.int_],
+    set_bounds: Mapping[str, float],
+    target: float,
+) -> npt.NDArray[np.bool_]:
+    """Per cut (the first k ranked rows served): whether every bounded set's wrong hits stay within its bound
+    (`target` times its multiple) of that set's hits. A set with no hit yet holds; unnamed sets are free."""
+    holds = np.ones(len(ranked_labels), dtype=bool)
+    for name, multiple in set_bounds.items():
+        member = ranked_sets == name
+        hits = np.cumsum(member)
+        wrong = np.cumsum(member & (ranked_labels == 0))
+        holds &= wrong <= target * multiple * hits + 1e-9
+    return holds
+
+
+def combined_scores(
+    calibration: Calibration,
+    similarities: npt.NDArray[np.floating[Any]],
+    probabilities: npt.NDArray[np.floating[Any]],
+    eligible: npt.NDArray[np.bool_],
+    near_duplicates: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.float64]:
+    """Per row, the score the rule serves on: combined for a verified pair, above every threshold for a
+    near-duplicate (served at any), -inf for a row never judged (below the gate, vetoed)."""
+    scores = np.full(len(similarities), -np.inf)
+    scores[eligible] = [
+        _DECIDED_SCORE if near else calibration.combine(float(cosine), float(probability))
+        for cosine, probability, near in zip(
+            similarities[eligible], probabilities[eligible], near_duplicates[eligible], strict=True
+        )
+    ]
+    return scores
+
+
+def set_false_hit_rates(
+    calibration: Calibration,
+    similarities: npt.NDArray[np.float64],
+    probabilities: npt.NDArray[np.float64],
+    eligible: npt.NDArray[np.bool_],
+    near_duplicates: npt.NDArray[np.bool_],
+    labels: npt.NDArray[np.int_],
+    sets: npt.NDArray[np.str_],
+    lookups: npt.NDArray[np.int_],
+    target: float,
+) -> dict[str, tuple[int, int]]:
+    """Per set at `target`: (hits, wrong hits) the fitted threshold gives on these rows (a lookup's best
+    candidate only), to record what each bound measured."""
+    threshold = calibration.threshold_for(target)
+    scores = combined_scores(calibration, similarities, probabilities, eligible, near_duplicates)
+    served = eligible & _best_of_each_lookup(scores, lookups) & (scores >= threshold)
+    return {
+        str(name): (
+            int((served & (sets == name)).sum()),
+            int((served & (sets == name) & (labels == 0)).sum()),
+        )
+        for name in sorted(set(sets.tolist()))
+    }
 
 
 def _recall_at(points: Sequence[CalibrationPoint], target: float | None) -> float:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from semantic.rule.aspect_guards import aspect_differs
 from semantic.rule.edit_guards import direction_swapped, opposite_swapped, unit_or_period_differs
 from semantic.rule.task_guards import languages_differ, task_slots_differ
 
@@ -245,8 +246,9 @@ UNITS = Guard("units", "units or periods differ", unit_or_period_differs)
 LANGUAGES = Guard("languages", "another language", languages_differ)
 TASK = Guard("task", "another form, format, tone or length of output", task_slots_differ)
 CASE = Guard("case", "a word in another case, where case tells words apart", case_differs)
+ASPECT = Guard("aspect", "asks for another aspect or a second question", aspect_differs)
 ALL_GUARDS: tuple[Guard, ...] = (
-    NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS, LANGUAGES, TASK, CASE
+    NUMBERS, NEGATION, ENTITIES, QUESTION_WORD, SWAP, DIRECTION, OPPOSITE, UNITS, LANGUAGES, TASK, CASE, ASPECT
 )  # fmt: skip
 GUARDS_BY_NAME = {guard.name: guard for guard in ALL_GUARDS}
 

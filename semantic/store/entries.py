@@ -7,6 +7,8 @@ all keys of one scope, and hence of one entry, share a slot and one Lua script c
     P:{S}:x:<exact key>  string  entry id of the request with this exact key; same TTL (SET NX-like); also
                                  another wording's key, once a semantic hit served it that entry
     P:{S}:a:<entry id>   set     the other wordings' exact keys remembered for the entry; same TTL
+    P:{S}:v:<exact key>  set     exact keys of the stored prompts never to serve this wording (hits
+                                 reported wrong); no TTL: a pair of prompts outlives its entries
     P:{S}:m              zset    entry ids of the scope, scored by created time (purge by age, rebuild)
     P:{S}:meta           hash    tenant, model of the scope (purge by tenant / model without reading
                                  entries); the zset and this live as long as the scope's longest entry
@@ -34,7 +36,14 @@ from redis.typing import EncodableT
 
 from semantic.store.changes import ChangeFeed, RedisClient, Vectors
 from semantic.store.scope import RequestScope
-from semantic.store.scripts import DELETE_ENTRIES, GET_EXACT, PUT_ENTRY, RECORD_HIT, REMEMBER_ALIAS
+from semantic.store.scripts import (
+    DELETE_ENTRIES,
+    GET_EXACT,
+    PUT_ENTRY,
+    RECORD_HIT,
+    REMEMBER_ALIAS,
+    VETO_PAIR,
+)
 
 ENTRY_FIELDS = (
     "id",
@@ -88,6 +97,8 @@ class EntryStore(Protocol):
     async def get_many(self, scope_id: str, entry_ids: Sequence[str]) -> list[CacheEntry | None]: ...
     async def record_hit(self, scope_id: str, entry_id: str) -> None: ...
     async def remember(self, scope: RequestScope, entry_id: str) -> bool: ...
+    async def veto(self, scope: RequestScope, entry_id: str, stored_key: str) -> None: ...
+    async def vetoed(self, scope: RequestScope) -> frozenset[str]: ...
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]: ...
     async def scope_of_entry(self, entry_id: str) -> str | None: ...
     def scope_ids(self, tenant: str | None = None, model: str | None = None) -> AsyncIterator[str]: ...
@@ -111,6 +122,7 @@ class RedisEntryStore:
         self._get_exact = client.register_script(GET_EXACT)
         self._record_hit = client.register_script(RECORD_HIT)
         self._remember = client.register_script(REMEMBER_ALIAS)
+        self._veto = client.register_script(VETO_PAIR)
         self._delete = client.register_script(DELETE_ENTRIES)
 
     async def put(
@@ -184,9 +196,28 @@ class RedisEntryStore:
 
     async def remember(self, scope: RequestScope, entry_id: str) -> bool:
         """Point this request's exact key at `entry_id` (of the same scope) for the entry's lifetime."""
-        keys = [self._exact_key(scope.scope_id, scope.exact_key), self._entry_key(scope.scope_id, entry_id)]
-        keys.append(self._aliases_key(scope.scope_id, entry_id))
+        keys = [
+            self._exact_key(scope.scope_id, scope.exact_key),
+            self._entry_key(scope.scope_id, entry_id),
+            self._aliases_key(scope.scope_id, entry_id),
+            self._vetoes_key(scope.scope_id, scope.exact_key),
+        ]
         return bool(await self._remember(keys=keys, args=[entry_id, scope.exact_key]))
+
+    async def veto(self, scope: RequestScope, entry_id: str, stored_key: str) -> None:
+        """Never again serve this request's wording the prompt stored under `stored_key` (of its scope);
+        forget the wording's remembered alias to `entry_id`, if it has one."""
+        keys = [
+            self._exact_key(scope.scope_id, scope.exact_key),
+            self._vetoes_key(scope.scope_id, scope.exact_key),
+            self._aliases_key(scope.scope_id, entry_id),
+        ]
+        await self._veto(keys=keys, args=[entry_id, stored_key, scope.exact_key])
+
+    async def vetoed(self, scope: RequestScope) -> frozenset[str]:
+        """The exact keys of the stored prompts this request's wording must not be served."""
+        members = await self.client.smembers(self._vetoes_key(scope.scope_id, scope.exact_key))
+        return frozenset(_text(member) for member in members)
 
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]:
         """Delete entries of one scope (also forgetting ids already gone); returns the ids that existed."""
@@ -308,6 +339,9 @@ class RedisEntryStore:
 
     def _aliases_key(self, scope_id: str, entry_id: str) -> str:
         return f"{self.prefix}:{{{scope_id}}}:a:{entry_id}"
+
+    def _vetoes_key(self, scope_id: str, exact_key: str) -> str:
+        return f"{self.prefix}:{{{scope_id}}}:v:{exact_key}"
 
     def _members_key(self, scope_id: str) -> str:
         return f"{self.prefix}:{{{scope_id}}}:m"

@@ -67,13 +67,18 @@ redis.call('HINCRBY', key, 'hits', 1)
 return redis.call('HMGET', key, unpack(ARGV, 3))
 """
 
-# KEYS: exact key of another wording, entry key, the entry's alias set.  ARGV: entry id, that exact key's
-# suffix. After a semantic hit, points the new wording's exact key at the entry it was served, for as long
-# as the entry lives (and only if nothing holds that key yet); the alias set lets a delete find it.
-# Returns 1 when remembered, 0 when the entry is gone or the key was taken.
+# KEYS: exact key of another wording, entry key, the entry's alias set, that wording's vetoes.  ARGV: entry
+# id, that exact key's suffix. After a semantic hit, points the new wording's exact key at the entry it was
+# served, for as long as the entry lives (and only if nothing holds that key yet); the alias set lets a
+# delete find it. Returns 1 when remembered, 0 when the entry is gone, the key was taken, or the pair was
+# vetoed meanwhile (a lookup that judged before the veto must not make the wording an exact hit after it).
 REMEMBER_ALIAS = """
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl == -2 then
+  return 0
+end
+local stored_key = redis.call('HGET', KEYS[2], 'exact')
+if stored_key and redis.call('SISMEMBER', KEYS[4], stored_key) == 1 then
   return 0
 end
 local stored
@@ -89,6 +94,19 @@ redis.call('SADD', KEYS[3], ARGV[2])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
+return 1
+"""
+
+# KEYS: exact key of a wording, that wording's vetoes, the alias set of the entry it was served.  ARGV: entry
+# id, the exact key the entry was stored under, the wording's exact-key suffix. A hit reported wrong: the
+# stored prompt joins the wording's vetoes (no TTL: the pair of prompts outlives any one entry), and a
+# remembered alias from the wording to the entry goes, atomically with `REMEMBER_ALIAS`.
+VETO_PAIR = """
+redis.call('SADD', KEYS[2], ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('SREM', KEYS[3], ARGV[3])
 return 1
 """
 

@@ -58,3 +58,39 @@ def test_no_english_written_text_is_one_that_judges_the_rule() -> None:
         text.strip().casefold() for pair in load_pairs(ENGLISH_WRITTEN_FILE) for text in (pair.a, pair.b)
     }
     assert not written & judged
+
+
+ML_CALIBRATION_DIR = ROOT / "bench" / "semantic" / "data" / "ml_extra"
+ENGLISH_HOLDOUT = ROOT / "bench" / "semantic" / "data" / "english_new_subjects_holdout.jsonl"
+
+
+def test_multilingual_calibration_pairs_are_in_every_language_and_judge_nothing_they_calibrate() -> None:
+    pairs = [pair for path in sorted(ML_CALIBRATION_DIR.glob("*.jsonl")) for pair in load_pairs(path)]
+    assert {pair.lang for pair in pairs} == set(LANGUAGES)
+    for language in LANGUAGES:
+        labels = [pair.label for pair in pairs if pair.lang == language]
+        assert labels.count(1) >= 90 and labels.count(0) >= 90, language
+    with NEW_SUBJECTS.open(encoding="utf-8") as lines:
+        judged = {json.loads(line)[key].strip() for line in lines if line.strip() for key in ("a", "b")}
+    if (DATA_DIR / MULTILINGUAL_FILE).is_file():
+        judged |= {
+            text.strip()
+            for pair in file_part(DATA_DIR / MULTILINGUAL_FILE, "test")
+            for text in (pair.a, pair.b)
+        }
+    assert not {text.strip() for pair in pairs for text in (pair.a, pair.b)} & judged
+
+
+def test_the_english_held_out_subjects_are_not_trained_on() -> None:
+    from training.hold_out_written import held_out_subject
+
+    held = load_pairs(ENGLISH_HOLDOUT)
+    assert len(held) >= 200
+    with ENGLISH_HOLDOUT.open(encoding="utf-8") as lines:
+        assert all(held_out_subject(json.loads(line)["domain"]) for line in lines if line.strip())
+    with ENGLISH_WRITTEN_FILE.open(encoding="utf-8") as lines:
+        assert not any(held_out_subject(json.loads(line)["domain"]) for line in lines if line.strip())
+    trained = {
+        text.strip().casefold() for pair in load_pairs(ENGLISH_WRITTEN_FILE) for text in (pair.a, pair.b)
+    }
+    assert not {text.strip().casefold() for pair in held for text in (pair.a, pair.b)} & trained

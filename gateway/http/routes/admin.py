@@ -1,16 +1,16 @@
-"""Operator endpoints behind the admin token: purge entries, read hit-rate statistics."""
+"""Operator endpoints behind the admin token: purge entries, report served hits, read hit-rate statistics."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.errors import InvalidRequest
 from gateway.api.objects import ChatCompletionRequest, CompletionRequest
-from gateway.http.deps import AdminCaller, ServiceDep
+from gateway.http.deps import AdminCaller, FeedbackDep, ServiceDep
 from gateway.http.routes.health import current_registry
 from gateway.observability.report_stats import prefix_cache, rule_summary, similarity_histogram
 from gateway.service import CompletionCall
@@ -68,6 +68,52 @@ async def purge(body: PurgeRequest, service: ServiceDep, caller: AdminCaller) ->
         purged,
     )
     return PurgeResult(purged=purged)
+
+
+class FeedbackRequest(BaseModel):
+    """A served hit judged by a person: named by the headers of its answer (`x-request-id`, or
+    `x-kvgate-entry-id` for the latest hit served from that entry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = Field(default=None, min_length=1, max_length=128)
+    entry_id: str | None = Field(default=None, min_length=1, max_length=128)
+    verdict: Literal["wrong", "right"]
+    tenant: str | None = Field(default=None, min_length=1, max_length=64)
+    """When given, the hit must have been served to this tenant."""
+
+
+class FeedbackResult(BaseModel):
+    request_id: str
+    entry_id: str
+    tenant: str
+    verdict: Literal["wrong", "right"]
+    vetoed: bool
+    """True when that entry will not be served for that wording again (in that tenant's scope)."""
+
+
+@router.post("/feedback")
+async def feedback(body: FeedbackRequest, reports: FeedbackDep, caller: AdminCaller) -> FeedbackResult:
+    """Report a served semantic hit wrong (never served again for that wording) or right; kept as a
+    labelled pair in the data dir's feedback.jsonl for `kvgate calibrate`."""
+    receipt = await reports.report(
+        body.verdict, request_id=body.request_id, entry_id=body.entry_id, tenant=body.tenant
+    )
+    logger.info(
+        "feedback by %s: %s on request %s (tenant %s, entry %s)",
+        caller,
+        receipt.verdict,
+        receipt.request_id,
+        receipt.tenant,
+        receipt.entry_id,
+    )
+    return FeedbackResult(
+        request_id=receipt.request_id,
+        entry_id=receipt.entry_id,
+        tenant=receipt.tenant,
+        verdict=receipt.verdict,
+        vetoed=receipt.vetoed,
+    )
 
 
 @router.get("/stats")

@@ -1,5 +1,6 @@
 """`/admin/stats` behind several workers: the report of merged workers' tallies equals the report of one
-process that saw all of their traffic (since start, last hour, timeline, top scopes, shadow counts)."""
+process that saw all of their traffic (since start, last hour, timeline, top scopes, shadow counts, hits
+reported wrong or right)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.observability.report_stats import ScopeHits
 from gateway.observability.shadow import ShadowStats
-from gateway.observability.stats import RESULTS, HitStats
+from gateway.observability.stats import RESULTS, VERDICTS, HitStats
 
 TENANTS = ("team-a", "team-b")
 MODELS = ("m1", "m2")
@@ -34,7 +35,7 @@ events = st.lists(
         st.integers(0, 2),
         st.sampled_from(TENANTS),
         st.sampled_from(MODELS),
-        st.sampled_from(RESULTS),
+        st.sampled_from(RESULTS + VERDICTS),  # a verdict: a served hit reported through /admin/feedback
         st.integers(0, 500),
         st.floats(0, 5),
         st.sampled_from(["s1", "s2", "s3", "s4"]),
@@ -55,7 +56,10 @@ def test_merged_workers_report_what_one_process_would(recorded: list[Event]) -> 
         clock.now += elapsed
         scope_id = f"{tenant}/{model}/{scope}"  # a scope belongs to one tenant and one model
         for stats in (whole, workers[worker]):
-            stats.record(tenant, model, result, tokens, seconds, scope_id=scope_id, language=language)
+            if result in VERDICTS:
+                stats.record_feedback(tenant, model, "chat", language, result)
+            else:
+                stats.record(tenant, model, result, tokens, seconds, scope_id=scope_id, language=language)
     exports = [json.loads(json.dumps(stats.export())) for stats in workers]  # as they cross the socket
     merged = HitStats.merged(exports, clock)
     assert merged.report() == whole.report()

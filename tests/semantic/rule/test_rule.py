@@ -325,3 +325,32 @@ def test_fitting_records_the_logit_range_and_old_files_read_the_widest(tmp_path:
     path.write_text(payload)
     widest = Calibration.load(path).logit_range
     assert widest[0] < -13 and widest[1] > 13
+
+
+def test_fit_holds_each_sets_bound_separately() -> None:
+    # Two sets ranked together. "strict" (bound 0.5 x target) has 3 wrong of 100 at 0.95; "loose" (2.5 x)
+    # 5 of 100 at 0.7. Pooled, 8 wrong of 200 meets a 4% target with every pair served; per set, the strict
+    # set's 2% keeps the threshold above 0.95.
+    strict_labels = np.concatenate([np.ones(50, dtype=int), np.zeros(3, dtype=int), np.ones(47, dtype=int)])
+    strict_scores = np.concatenate([np.full(50, 0.99), np.full(3, 0.95), np.full(47, 0.9)])
+    loose_labels = np.concatenate([np.ones(95, dtype=int), np.zeros(5, dtype=int)])
+    loose_scores = np.concatenate([np.full(95, 0.98), np.full(5, 0.7)])
+    labels = np.concatenate([strict_labels, loose_labels])
+    probabilities = np.concatenate([strict_scores, loose_scores])
+    sets = np.array(["strict"] * 100 + ["loose"] * 100)
+    options = dict(
+        low_cosine=0.5, guards=(), verifier_sha256="x", fitted_on={}, targets=(0.04,),
+    )  # fmt: skip
+    similarities, vetoed = np.full(200, 0.9), np.zeros(200, dtype=bool)
+    pooled = fit_calibration(similarities, probabilities, vetoed, labels, **options)  # type: ignore[arg-type]
+    per_set = fit_calibration(
+        similarities, probabilities, vetoed, labels, sets=sets,
+        set_bounds={"strict": 0.5, "loose": 2.5}, **options,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert pooled.points[0].hits > per_set.points[0].hits
+    threshold = per_set.points[0].threshold
+    for name, multiple in (("strict", 0.5), ("loose", 2.5)):
+        member = sets == name
+        served = np.array([per_set.combine(0.9, p) >= threshold for p in probabilities]) & member
+        assert (labels[served] == 0).sum() <= 0.04 * multiple * served.sum()
+    assert per_set.combine(0.9, 0.95) < threshold

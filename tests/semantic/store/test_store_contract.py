@@ -275,3 +275,26 @@ async def test_a_remembered_wording_reads_the_entry_and_goes_with_it(backend: Re
     assert await all_keys(backend) == [f"{backend.prefix}:changes"]
     assert not await backend.remember(paraphrase, entry_id)  # never for a gone entry
     assert await all_keys(backend) == [f"{backend.prefix}:changes"]
+
+
+async def test_a_vetoed_pair_outlives_its_entry_and_takes_the_remembered_wording(
+    backend: RedisEntryStore,
+) -> None:
+    scope = make_scope("How do I reset my password?")
+    paraphrase = make_scope("How can I reset my password?")
+    entry_id, _ = await backend.put(scope, "answer", unit_vector(0), 30.0, [])
+    assert await backend.remember(paraphrase, entry_id)
+    assert await backend.vetoed(paraphrase) == frozenset()
+
+    await backend.veto(paraphrase, entry_id, scope.exact_key)
+    assert await backend.vetoed(paraphrase) == {scope.exact_key}
+    assert await backend.vetoed(scope) == frozenset()  # the pair is one way: the stored wording is free
+    assert await backend.get_exact(paraphrase) is None  # the remembered wording went with the veto
+    assert not await backend.remember(paraphrase, entry_id)  # and cannot come back
+    assert (await backend.get_exact(scope)) is not None  # the entry itself stays
+    veto_key = f"{backend.prefix}:{{{paraphrase.scope_id}}}:v:{paraphrase.exact_key}"
+    assert key_slot(veto_key.encode()) == key_slot(f"{backend.prefix}:{{{scope.scope_id}}}:m".encode())
+
+    assert await backend.delete(scope.scope_id, [entry_id]) == [entry_id]
+    assert await all_keys(backend) == sorted([f"{backend.prefix}:changes", veto_key])  # no TTL
+    assert await backend.client.pttl(veto_key) == -1
