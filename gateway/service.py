@@ -13,11 +13,12 @@ A store that is down never fails a request: the cache fails open to the backend,
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,7 @@ class CompletionService:
         self.served_hits = served_hits
         self.shadow = ShadowStats()
         self._flights: dict[str, Flight] = {}
+        self._bookkeeping: set[asyncio.Task[None]] = set()
         self._pending = 0
         self._store_error_logged_at = -math.inf
         self.store_healthy = True
@@ -142,10 +144,10 @@ class CompletionService:
                 stored = StoredAnswer.from_json(
                     lookup.entry.response, chat=scope.endpoint == "chat", model=call.request.model
                 )
+                if lookup.entry.exact_key != scope.exact_key and not call.control.no_store:
+                    self._in_background(self._keep_served(ServedHit.of(call.request_id, scope, lookup.entry)))
                 if lookup.kind is LookupKind.SEMANTIC_HIT and not call.control.no_store:
                     await self._remember(scope, lookup.entry)
-                if lookup.entry.exact_key != scope.exact_key and not call.control.no_store:
-                    await self._keep_served(ServedHit.of(call.request_id, scope, lookup.entry))
                 self._record(call, scope, lookup, lookup.kind.value, stored)
                 return CachedAnswer(stored, lookup)
         if call.admit is not None:
@@ -321,6 +323,13 @@ class CompletionService:
             self._store_ok()
         except (RedisError, OSError) as error:
             self._store_failed("remember", error)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Bookkeeping the answer need not wait for: started now (its first command goes out before the
+        answer does), held until done."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._bookkeeping.add(task)
+        task.add_done_callback(self._bookkeeping.discard)
 
     async def _keep_served(self, hit: ServedHit) -> None:
         """A pair of prompts was served (a semantic hit, or a wording remembered from one): kept for the

@@ -197,8 +197,7 @@ class SemanticCache:
         neighbours = self.sync.index.search(scope.scope_id, embedding.vector, self.config.candidates)
         search_ms = _ms_since(search_started)
 
-        vetoed = await self.store.vetoed(scope) if neighbours else frozenset[str]()
-        fresh = await self._fresh_candidates(scope.scope_id, neighbours, min_created, vetoed)
+        fresh = await self._fresh_candidates(scope, neighbours, min_created)
         if not fresh:
             return Lookup(
                 LookupKind.MISS,
@@ -305,13 +304,15 @@ class SemanticCache:
         self.sync.remove_local(scope_id, entry_ids)
 
     async def _fresh_candidates(
-        self, scope_id: str, neighbours: list[Neighbour], min_created: float, vetoed: frozenset[str]
+        self, scope: RequestScope, neighbours: list[Neighbour], min_created: float
     ) -> list[tuple[CacheEntry, float]]:
-        """The `judged` nearest neighbours still in Redis, fresh enough and not stored under a `vetoed`
-        exact key, nearest first; gone ones leave the index and the scope."""
+        """The `judged` nearest neighbours still in Redis, fresh enough and not stored under an exact key
+        this wording was reported wrongly served (read in the same round trip), nearest first; gone ones
+        leave the index and the scope."""
         if not neighbours:
             return []
-        entries = await self.store.get_many(scope_id, [neighbour.entry_id for neighbour in neighbours])
+        scope_id = scope.scope_id
+        entries, vetoed = await self.store.candidates(scope, [neighbour.entry_id for neighbour in neighbours])
         gone = [
             neighbour.entry_id for neighbour, entry in zip(neighbours, entries, strict=True) if entry is None
         ]

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gateway/bench_hit_path.py                     # kvgate (this tree) and GPTCache
     .venv/bin/python bench/gateway/bench_hit_path.py --before ../old     # plus kvgate from another checkout
+                                                                         # (near-duplicate and verified runs)
 
 kvgate runs as `kvgate serve` with its default settings (embedded store, the shipped rule at its default
 target) in reverse-proxy mode over an instant local upstream (tests/gateway/upstream_server.py); GPTCache
@@ -86,14 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     folder = Path(tempfile.mkdtemp(prefix="kvgate-hitpath-"))
     with upstream_process() as upstream:
+        target = "" if args.verified_target is None else f", target {args.verified_target}"
         if args.before is not None:
             results["kvgate before"] = measure_kvgate(args.before, upstream, prompts, folder / "before", args)
+            results[f"kvgate before, verifier on every lookup{target}"] = measure_kvgate(
+                args.before, upstream, prompts, folder / "before-verified", args, args.verified_target, True
+            )
         results["kvgate"] = measure_kvgate(ROOT, upstream, prompts, folder / "now", args)
-        verified = measure_kvgate(
+        results[f"{VERIFIED}{target}"] = measure_kvgate(
             ROOT, upstream, prompts, folder / "verified", args, target=args.verified_target, verified=True
         )
-        target = "" if args.verified_target is None else f", target {args.verified_target}"
-        results[f"{VERIFIED}{target}"] = verified
     if not args.no_gptcache:
         results["GPTCache"] = measure_gptcache(prompts, folder / "gptcache", args)
     report(results)
@@ -288,6 +291,16 @@ def report(results: dict[str, dict[str, Any]]) -> None:
                 f"\n{kind} semantic hit: p50 kvgate / GPTCache = {p50:.2f}; "
                 f"hits/s at 32 kvgate / GPTCache = {rate:.2f}x"
             )
+    before = {
+        "near-duplicate": "kvgate before",
+        "verified": next((n for n in names if n.startswith("kvgate before, verifier")), None),
+    }
+    for kind, name in (("near-duplicate", "kvgate"), ("verified", verified)):
+        then = results.get(before[kind] or "")
+        now = results.get(name) if name else None
+        if then and now:
+            ratio = now["semantic 1"]["p50_ms"] / then["semantic 1"]["p50_ms"]
+            print(f"\n{kind} semantic hit: p50 kvgate / kvgate before = {ratio:.2f}")
     print("\n" + json.dumps(results))
 
 

@@ -99,6 +99,9 @@ class EntryStore(Protocol):
     async def remember(self, scope: RequestScope, entry_id: str) -> bool: ...
     async def veto(self, scope: RequestScope, entry_id: str, stored_key: str) -> None: ...
     async def vetoed(self, scope: RequestScope) -> frozenset[str]: ...
+    async def candidates(
+        self, scope: RequestScope, entry_ids: Sequence[str]
+    ) -> tuple[list[CacheEntry | None], frozenset[str]]: ...
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]: ...
     async def scope_of_entry(self, entry_id: str) -> str | None: ...
     def scope_ids(self, tenant: str | None = None, model: str | None = None) -> AsyncIterator[str]: ...
@@ -190,6 +193,18 @@ class RedisEntryStore:
                 pipe.hmget(self._entry_key(scope_id, entry_id), ENTRY_FIELDS)
             replies = await pipe.execute()
         return [None if values[0] is None else _entry(values) for values in replies]
+
+    async def candidates(
+        self, scope: RequestScope, entry_ids: Sequence[str]
+    ) -> tuple[list[CacheEntry | None], frozenset[str]]:
+        """`get_many` of the scope's entries and `vetoed` of this wording, in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for entry_id in entry_ids:
+                pipe.hmget(self._entry_key(scope.scope_id, entry_id), ENTRY_FIELDS)
+            pipe.smembers(self._vetoes_key(scope.scope_id, scope.exact_key))
+            *replies, members = await pipe.execute()
+        entries = [None if values[0] is None else _entry(values) for values in replies]
+        return entries, frozenset(_text(member) for member in members)
 
     async def record_hit(self, scope_id: str, entry_id: str) -> None:
         await self._record_hit(keys=[self._entry_key(scope_id, entry_id)])
