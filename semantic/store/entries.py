@@ -98,7 +98,6 @@ class EntryStore(Protocol):
     async def record_hit(self, scope_id: str, entry_id: str) -> None: ...
     async def remember(self, scope: RequestScope, entry_id: str) -> bool: ...
     async def veto(self, scope: RequestScope, entry_id: str, stored_key: str) -> None: ...
-    async def vetoed(self, scope: RequestScope) -> frozenset[str]: ...
     async def candidates(
         self, scope: RequestScope, entry_ids: Sequence[str]
     ) -> tuple[list[CacheEntry | None], frozenset[str]]: ...
@@ -197,7 +196,8 @@ class RedisEntryStore:
     async def candidates(
         self, scope: RequestScope, entry_ids: Sequence[str]
     ) -> tuple[list[CacheEntry | None], frozenset[str]]:
-        """`get_many` of the scope's entries and `vetoed` of this wording, in one round trip."""
+        """`get_many` of the scope's entries, and the exact keys of the stored prompts this wording was reported
+        wrongly served (never to serve it again), in one round trip."""
         async with self.client.pipeline(transaction=False) as pipe:
             for entry_id in entry_ids:
                 pipe.hmget(self._entry_key(scope.scope_id, entry_id), ENTRY_FIELDS)
@@ -228,11 +228,6 @@ class RedisEntryStore:
             self._aliases_key(scope.scope_id, entry_id),
         ]
         await self._veto(keys=keys, args=[entry_id, stored_key, scope.exact_key])
-
-    async def vetoed(self, scope: RequestScope) -> frozenset[str]:
-        """The exact keys of the stored prompts this request's wording must not be served."""
-        members = await self.client.smembers(self._vetoes_key(scope.scope_id, scope.exact_key))
-        return frozenset(_text(member) for member in members)
 
     async def delete(self, scope_id: str, entry_ids: Sequence[str]) -> list[str]:
         """Delete entries of one scope (also forgetting ids already gone); returns the ids that existed."""

@@ -284,11 +284,13 @@ async def test_a_vetoed_pair_outlives_its_entry_and_takes_the_remembered_wording
     paraphrase = make_scope("How can I reset my password?")
     entry_id, _ = await backend.put(scope, "answer", unit_vector(0), 30.0, [])
     assert await backend.remember(paraphrase, entry_id)
-    assert await backend.vetoed(paraphrase) == frozenset()
+    assert (await backend.candidates(paraphrase, [entry_id]))[1] == frozenset()
 
     await backend.veto(paraphrase, entry_id, scope.exact_key)
-    assert await backend.vetoed(paraphrase) == {scope.exact_key}
-    assert await backend.vetoed(scope) == frozenset()  # the pair is one way: the stored wording is free
+    entries, vetoed = await backend.candidates(paraphrase, [entry_id])
+    assert vetoed == {scope.exact_key} and entries[0] is not None and entries[0].entry_id == entry_id
+    # the pair is one way: the stored wording is free
+    assert (await backend.candidates(scope, [entry_id]))[1] == frozenset()
     assert await backend.get_exact(paraphrase) is None  # the remembered wording went with the veto
     assert not await backend.remember(paraphrase, entry_id)  # and cannot come back
     assert (await backend.get_exact(scope)) is not None  # the entry itself stays
