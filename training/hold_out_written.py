@@ -52,12 +52,11 @@ def main() -> None:
     held_texts = sorted({str(row[key]).strip().casefold() for row in held for key in ("a", "b")})
     embedder = SentenceEmbedder(resolve_embedder(DEFAULT_EMBEDDER_NAME))
     held_vectors = np.asarray(embedder.embed(held_texts))
-    kept = []
-    for row in train:
-        texts = [str(row[key]).strip().casefold() for key in ("a", "b")]
-        nearest = float((np.asarray(embedder.embed(texts)) @ held_vectors.T).max())
-        if nearest < LEAK_COSINE:
-            kept.append(row)
+    texts = [str(row[key]).strip().casefold() for row in train for key in ("a", "b")]
+    nearest = (
+        (np.asarray(embedder.embed(texts)) @ held_vectors.T).max(axis=1).reshape(len(train), 2).max(axis=1)
+    )
+    kept = [row for row, cosine in zip(train, nearest.tolist(), strict=True) if cosine < LEAK_COSINE]
     write(WRITTEN, kept)
     write(HOLDOUT, held)
     print(
