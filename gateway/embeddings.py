@@ -25,9 +25,7 @@ from gateway.api.objects import EmbeddingRequest
 from gateway.backends.upstream import UpstreamBackend
 from gateway.observability.stats import NO_LANGUAGE
 from gateway.service import CompletionService
-from semantic.cache import CacheControl, Lookup
-from semantic.rule.language import language_of
-from semantic.store.scope import RequestScope, build_scope
+from semantic import CacheControl, Lookup, RequestScope, build_scope, language_of
 
 ENDPOINT = "embeddings"
 # Inputs looked up at once: a batch of thousands must not take every connection of the store's pool.
@@ -75,7 +73,7 @@ class EmbeddingsService:
             0, len(scopes), CONCURRENT_LOOKUPS
         ):  # a few at a time: the store's connections are shared
             window = scopes[start : start + CONCURRENT_LOOKUPS]
-            lookups += await asyncio.gather(*(service.lookup(scope, call.control) for scope in window))
+            lookups += await asyncio.gather(*(service.store.lookup(scope, call.control) for scope in window))
         stored = [_stored_item(lookup) for lookup in lookups]
         missing = [index for index, item in enumerate(stored) if item is None]
         sent: dict[str, Any] = {}
@@ -92,7 +90,7 @@ class EmbeddingsService:
             for index, item in zip(missing, items, strict=True):
                 stored[index] = item["embedding"]
                 raw = json.dumps({"embedding": item["embedding"], "model": sent.get("model"), "s": seconds})
-                await service.insert(
+                await service.store.insert(
                     scopes[index], raw, call.control, tags=call.tags, exact_only="an embedding"
                 )
         cached = 0 if call.control.bypass else len(inputs) - len(missing)

@@ -24,8 +24,7 @@ from gateway.api.errors import Conflict, InvalidRequest, NotFound, ServiceUnavai
 from gateway.observability.feedback_log import FeedbackLog, Verdict
 from gateway.observability.served_hits import ServedHit, ServedHits
 from gateway.observability.stats import HitStats
-from semantic.cache import SemanticCache
-from semantic.rule.language import language_of
+from semantic import SemanticCache, language_of
 
 logger = logging.getLogger("kvgate.feedback")
 

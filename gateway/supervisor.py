@@ -31,7 +31,7 @@ from types import FrameType
 
 from prometheus_client import multiprocess
 
-from engine.serving.ipc import ask_blocking
+from engine import ask_blocking
 from gateway.http.worker_peers import ping, worker_socket
 from gateway.runtime.embedded_store import EmbeddedStore, die_with_parent
 from gateway.runtime.process_plan import ENGINE_SOCKET, ProcessPlan

@@ -258,6 +258,13 @@ class SemanticCache:
             raise ValueError("an exact hit is the same request, not a pair to veto: purge the entry instead")
         await self.store.veto(scope, entry_id, stored_key)
 
+    async def vector_for(self, scope: RequestScope) -> Vectors | None:
+        """The prompt's vector for an insert that may follow a lookup that did not embed (an empty scope),
+        computed ahead, while the backend generates; None when the entry would be for the exact layer only."""
+        if not scope.semantic or self.rule.language_refusal(scope.prompt) is not None:
+            return None
+        return (await self.batcher.embed(scope.prompt)).vector
+
     async def insert(
         self,
         scope: RequestScope,

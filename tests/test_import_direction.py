@@ -1,7 +1,9 @@
 """Imports flow one way: between the packages, and between the rooms of gateway/, semantic/ and engine/.
 
 The order is written once, here, and explained in docs/architecture.md. Every import counts, also one inside a
-function or under `TYPE_CHECKING`: each is a dependency a reader has to follow.
+function or under `TYPE_CHECKING`: each is a dependency a reader has to follow. Another package enters
+semantic/ and engine/ by their front doors only (`from semantic import SemanticCache`, never `semantic.cache`):
+what their `__init__.py` exports is all that others may depend on.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each package may import of the others. Tools (bench/, training/) and tests/ are never imported.
 MAY_IMPORT: dict[str, set[str]] = {
-    "gateway": {"semantic", "engine", "prefix"},
+    "gateway": {"semantic", "engine"},
     "semantic": set(),
     "engine": {"prefix"},
     "prefix": set(),
 }
 NEVER_IMPORTED = {"bench", "training", "tests"}
+# Packages that others import as the package itself, whose `__init__.py` says what they export.
+FRONT_DOORS = {"semantic", "engine"}
 
 # The rooms of a package, top first: a module may import its own level and the levels below it, never one
 # above. Rooms on one level may use each other. Every module of the package must stand in a room.
@@ -26,8 +30,9 @@ ROOMS: dict[str, list[set[str]]] = {
     "gateway": [
         {"gateway.cli", "gateway.supervisor"},  # the commands: start the processes, serve the app
         {"gateway.http"},  # the app, its routes and the HTTP workers
-        # one request's flow, per API; a reported hit's flow
-        {"gateway.service", "gateway.embeddings", "gateway.answers", "gateway.feedback"},
+        {"gateway.apis"},  # one adapter per API, and the one pipeline every API route runs
+        # one request's flow (the cache failing open); an embeddings request's; a reported hit's
+        {"gateway.service", "gateway.fail_open", "gateway.embeddings", "gateway.answers", "gateway.feedback"},
         {"gateway.backends", "gateway.traffic", "gateway.observability", "gateway.runtime"},
         {"gateway.api"},  # OpenAI's objects, errors, ids: what every room speaks
     ],
@@ -122,11 +127,15 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{where}: {other}/ is never imported by a package")
             elif other in MAY_IMPORT and other != package and other not in MAY_IMPORT[package]:
                 found.append(f"{where}: {package}/ may import only {sorted(MAY_IMPORT[package]) or 'itself'}")
+            elif other in FRONT_DOORS and other != package and name != other:
+                found.append(
+                    f"{where}: {package}/ may import {other}/ only through its front door, `{other}`"
+                )
             elif other == package and rooms and own is not None:
                 target = level_of(name, rooms)
                 if target is not None and target[0] < own[0]:
                     found.append(f"{where}: {own[1]} may not import {target[1]}, a room above it")
-    return found
+    return list(dict.fromkeys(found))  # `from a.b import c, d` is one import
 
 
 def test_imports_flow_one_way() -> None:
@@ -153,6 +162,12 @@ def test_an_import_the_wrong_way_is_caught(tmp_path: Path) -> None:
         "gateway/traffic/__init__.py": "",
         "gateway/traffic/limits.py": "def f():\n    from gateway.http import app\n",
         "gateway/stray.py": "",
+        "gateway/feedback.py": "from semantic.cache import SemanticCache\nfrom semantic import SemanticCache\n",
+        "gateway/backends/__init__.py": "",
+        "gateway/backends/engine.py": (
+            "from engine.serving.client import AsyncEngineClient\nfrom engine import build_engine\n"
+            "import prefix.hashing\n"
+        ),
         "semantic/__init__.py": "",
         "semantic/store/__init__.py": "",
         "semantic/store/entries.py": "import gateway.service\nfrom ..rule import verdict\n",
@@ -171,6 +186,20 @@ def test_an_import_the_wrong_way_is_caught(tmp_path: Path) -> None:
     assert "gateway/http/app.py" not in found
     assert "gateway/traffic/limits.py:2 imports gateway.http.app: gateway.traffic may not import" in found
     assert "gateway/stray.py stands in no room" in found
+    assert (
+        "gateway/feedback.py:1 imports semantic.cache: gateway/ may import semantic/ only through its front"
+        in found
+    )
+    assert "gateway/feedback.py:2" not in found
+    assert (
+        "gateway/backends/engine.py:1 imports engine.serving.client: gateway/ may import engine/ only through its"
+        in found
+    )
+    assert "gateway/backends/engine.py:2" not in found
+    assert (
+        "gateway/backends/engine.py:3 imports prefix.hashing: gateway/ may import only ['engine', 'semantic']"
+        in found
+    )
     assert "semantic/store/entries.py:1 imports gateway.service: semantic/ may import only itself" in found
     assert "semantic/store/entries.py:2 imports semantic.rule.verdict: semantic.store may not import" in found
     assert "semantic/rule/verdict.py:1 imports tests.semantic: tests/ is never imported" in found

@@ -7,8 +7,8 @@ waits on a forward pass, and every engine structure (scheduler, block manager) i
 
 A stream yields `TextDelta`s (each of one choice, `index`, with the logprobs of its tokens when asked) and
 ends with exactly one `Finished` (finish_reason "stop", "length", or "abort" when `abort` cancelled it; with
-`n > 1` choices, `finish_reasons` has each choice's and the usage counts the prompt once and every choice's
-tokens). Problems known before scheduling raise from the first iteration:
+`n > 1` choices, `finish_reasons` has each choice's and the token counts take the prompt once and every
+choice's tokens). Problems known before scheduling raise from the first iteration:
 `ContextLengthExceeded` (the gateway's 400 `context_length_exceeded`), ValueError for a bad prompt or a
 duplicate request id, `EngineStopped` once the client is shut down.
 """
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine, RequestOutput, build_engine
-from engine.logprobs import TokenLogprob
 from engine.metrics import EngineStats
 from engine.sampler import SamplingParams
 from engine.sequence import FinishReason
+from engine.serving.events import EngineError, EngineEvent, EngineStopped, Finished, TextDelta
 from engine.weights.loader import LoadedModel
 
 __all__ = [
@@ -40,49 +40,6 @@ __all__ = [
     "Finished",
     "TextDelta",
 ]
-
-
-class EngineError(RuntimeError):
-    """The step loop failed while this request was in it (the request is freed, the engine carries on)."""
-
-
-class EngineStopped(RuntimeError):
-    """The client was shut down (or never started)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TextDelta:
-    text: str
-    """New text; may be "" while a character or a possible stop string is held back."""
-    token_ids: tuple[int, ...]
-    index: int = 0
-    """The choice this text belongs to (0 .. n-1)."""
-    logprobs: tuple[TokenLogprob, ...] = ()
-    """The tokens this text is made of, with their logprobs (when the request asked for them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    """Prompt tokens served from the prefix cache instead of being computed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    finish_reason: FinishReason
-    """The first choice's (the only one's, for n = 1)."""
-    usage: Usage
-    finish_reasons: tuple[FinishReason, ...] = ()
-    """Every choice's, by index (empty means `(finish_reason,)`)."""
-
-    @property
-    def choice_finish_reasons(self) -> tuple[FinishReason, ...]:
-        return self.finish_reasons or (self.finish_reason,)
-
-
-EngineEvent = TextDelta | Finished
 
 
 @dataclass(slots=True)
@@ -104,8 +61,8 @@ class _Stream:
             self.choices.get(index, (None, 0))[0] or reason for index in range(max(self.choices) + 1)
         )
         completion_tokens = sum(tokens for _, tokens in self.choices.values())
-        usage = Usage(output.prompt_tokens, completion_tokens, output.cached_tokens)
-        return Finished(reasons[0], usage, reasons if len(reasons) > 1 else ())
+        several = reasons if len(reasons) > 1 else ()
+        return Finished(reasons[0], output.prompt_tokens, completion_tokens, output.cached_tokens, several)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +94,9 @@ class AsyncEngineClient:
         self.tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
+        self.info: dict[str, Any] = {}
+        """What this engine says about itself (`build_engine` puts its weights choice and model folder here); the
+        engine process sends it to the workers, whose `RemoteEngineClient.info` it becomes."""
         self._commands: queue.SimpleQueue[_Add | _Abort | _Stop] = queue.SimpleQueue()
         self._streams: dict[str, _Stream] = {}  # owned by the engine thread
         self._thread: threading.Thread | None = None
@@ -155,6 +115,14 @@ class AsyncEngineClient:
             return
         self._thread = threading.Thread(target=self._run, name="kvgate-engine", daemon=True)
         self._thread.start()
+
+    async def connect(self, timeout_s: float) -> None:
+        """Nothing to reach in process (`RemoteEngineClient` connects here)."""
+
+    @property
+    def connected(self) -> bool:
+        """Always: an engine in this process cannot be unreachable (a stopped one raises `EngineStopped`)."""
+        return True
 
     async def shutdown(self) -> None:
         """Stop the step loop; requests still running end with finish_reason "abort"."""
@@ -224,6 +192,10 @@ class AsyncEngineClient:
     @property
     def metrics(self) -> EngineStats:
         return self.engine.metrics.snapshot()
+
+    async def refresh_metrics(self) -> EngineStats:
+        """The metrics now (in process they are always current)."""
+        return self.metrics
 
     # Engine thread ------------------------------------------------------------------------------
 

@@ -23,16 +23,8 @@ from typing import Any
 from engine.engine import ContextLengthExceeded
 from engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineStats, Histogram
 from engine.sampler import SamplingParams
-from engine.serving.client import (
-    EngineError,
-    EngineEvent,
-    EngineStopped,
-    Finished,
-    TextDelta,
-    Usage,
-    encode_chat,
-    encode_prompt,
-)
+from engine.serving.client import encode_chat, encode_prompt
+from engine.serving.events import EngineError, EngineEvent, EngineStopped, Finished, TextDelta
 from engine.serving.ipc import (
     ConnectionClosed,
     Message,
@@ -236,7 +228,7 @@ class RemoteEngineClient:
             events.put_nowait(TextDelta(str(message["text"]), tuple(message["token_ids"]), index, logprobs))
         elif op == "finished":
             reasons = tuple(message.get("finish_reasons") or ())
-            events.put_nowait(Finished(message["finish_reason"], Usage(**message["usage"]), reasons))
+            events.put_nowait(Finished(message["finish_reason"], **message["usage"], finish_reasons=reasons))
         elif op == "error":
             events.put_nowait(_error(message))
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from engine.engine import ContextLengthExceeded
-from engine.serving.client import AsyncEngineClient, EngineStopped, Finished
+from engine.serving.client import AsyncEngineClient
+from engine.serving.events import EngineStopped, Finished
 from engine.serving.ipc import (
     MAX_LINE_BYTES,
     ConnectionClosed,
@@ -162,7 +162,11 @@ class _Connection:
                     finished["finish_reason"] = event.finish_reason
                     if event.finish_reasons:  # several choices
                         finished["finish_reasons"] = list(event.finish_reasons)
-                    finished["usage"] = asdict(event.usage)
+                    finished["usage"] = {
+                        "prompt_tokens": event.prompt_tokens,
+                        "completion_tokens": event.completion_tokens,
+                        "cached_tokens": event.cached_tokens,
+                    }
                     await self.send(finished)
                 else:
                     delta: Message = {"op": "delta", "id": request_id, "text": event.text}

@@ -102,6 +102,11 @@ class UpstreamFailed(KvgateError):
             self.error_type = error_type
 
 
+class ServerError(KvgateError):
+    status_code = 500
+    error_type = "server_error"
+
+
 class ServiceUnavailable(KvgateError):
     status_code = 503
     error_type = "service_unavailable"
@@ -128,6 +133,11 @@ async def _kvgate_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
+    return JSONResponse(validation_error_body(error), status_code=400)
+
+
+def validation_error_body(error: RequestValidationError) -> dict[str, Any]:
+    """A body that does not parse, as OpenAI words it: the first problem, its parameter and a code."""
     first = error.errors()[0] if error.errors() else {"msg": "invalid request", "loc": ()}
     location = [str(part) for part in first.get("loc", ()) if part != "body"]
     if first.get("type") == "json_invalid":
@@ -136,7 +146,7 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
         param = ".".join(location) or None
         message = f"{first.get('msg', 'invalid value')}" + (f" (at '{param}')" if param else "")
         code = "invalid_value" if first.get("type") != "missing" else "missing_required_parameter"
-    return JSONResponse(error_body(message, "invalid_request_error", param, code), status_code=400)
+    return error_body(message, "invalid_request_error", param, code)
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:

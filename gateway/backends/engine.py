@@ -1,9 +1,9 @@
 """The engine as a gateway backend: chat template, sampling parameters, context limits.
 
-Adapts `engine.serving.client.AsyncEngineClient` (the engine in this process) or `engine.serving.remote_client.
-RemoteEngineClient` (the engine process behind `kvgate serve --workers N`) to the `Backend` protocol. The
-tenant is the engine's cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing
-attacks are real). An engine that cannot be reached answers 503 `engine_unavailable`.
+Adapts an `engine.EngineClient`, the engine in this process or the engine process behind `kvgate serve
+--workers N` (`engine.build_engine` makes either), to the `Backend` protocol. The tenant is the engine's
+cache salt, so KV prefixes are shared only within a tenant (prompt-cache timing attacks are real). An
+engine that cannot be reached answers 503 `engine_unavailable`.
 
 A plain answer (one choice of text, no logprobs) streams as `TextDelta`s; one with several choices,
 logprobs or tool calls as OpenAI chunks (`gateway/api/choice_chunks.py`), which the routes relay or fold as
@@ -14,32 +14,29 @@ they do an upstream's. `response_format` and forced tool calls become a grammar 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
-from engine.engine import ContextLengthExceeded, EngineConfig
-from engine.metrics import register_engine_metrics
-from engine.sampler import SamplingParams
-from engine.scheduler import SchedulerConfig
-from engine.serving.client import AsyncEngineClient, EngineStopped
-from engine.serving.client import Finished as EngineFinished
-from engine.serving.client import Usage as EngineUsage
-from engine.serving.remote_client import RemoteEngineClient
-from engine.weights.choice import WeightsChoice, choose_weights
-from engine.weights.loader import ensure_hf_folder, load_model, load_tokenizer, read_config, weights_storage
-from engine.weights.model_files import DEFAULT_GENERATOR_NAME, resolve_generator
+from engine import (
+    DEFAULT_GENERATOR_NAME,
+    ContextLengthExceeded,
+    EngineClient,
+    EngineStopped,
+    LocalEngineConfig,
+    RemoteEngineConfig,
+    SamplingParams,
+    WeightsChoice,
+    build_engine,
+    register_engine_metrics,
+)
 from gateway.api.choice_chunks import ChoiceChunks
 from gateway.api.errors import InvalidRequest, ServiceUnavailable
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, TextDelta
 from gateway.backends.structured_outputs import OutputPlan, plan_output
 from gateway.runtime.settings import Settings
-
-logger = logging.getLogger("kvgate.engine")
 
 ENGINE_CONNECT_TIMEOUT_S = 60.0
 
@@ -51,53 +48,42 @@ class EngineBackend:
     passes_through = False
     models_mode = "engine"
 
-    def __init__(
-        self,
-        client: AsyncEngineClient | RemoteEngineClient,
-        model_name: str,
-        default_max_tokens: int,
-        weights: WeightsChoice | None = None,
-    ) -> None:
+    def __init__(self, client: EngineClient, model_name: str, default_max_tokens: int) -> None:
         self.client = client
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
-        self._weights = weights
 
     @classmethod
     def load(cls, settings: Settings) -> EngineBackend:
         """Load the configured generator (converting a GGUF once) and start the engine's step loop."""
-        client, weights, _ = start_engine(settings)
-        return cls(client, client.model_name, settings.default_max_tokens, weights)
+        client = build_engine(local_engine_config(settings))
+        return cls(client, client.model_name, settings.default_max_tokens)
 
     @classmethod
     def remote(cls, settings: Settings, socket_path: Path) -> EngineBackend:
         """The engine process at `socket_path` (connected by `start()`, in the app's event loop)."""
-        client = RemoteEngineClient(socket_path, load_tokenizer)
+        client = build_engine(RemoteEngineConfig(socket_path))
         return cls(client, served_model_name(settings), settings.default_max_tokens)
 
     async def start(self) -> None:
         """Reach the engine process (nothing to do for an in-process one)."""
-        if isinstance(self.client, RemoteEngineClient):
-            await self.client.connect(timeout_s=ENGINE_CONNECT_TIMEOUT_S)
+        await self.client.connect(timeout_s=ENGINE_CONNECT_TIMEOUT_S)
 
     @property
     def weights(self) -> WeightsChoice | None:
         """How the engine stores its weights and why (`/healthz` shows it); for the engine process, what
         it said when this worker last connected (it chooses again when it is restarted)."""
-        if isinstance(self.client, RemoteEngineClient):
-            description = self.client.info.get("weights")
-            return None if description is None else WeightsChoice.from_description(description)
-        return self._weights
+        description = self.client.info.get("weights")
+        return None if description is None else WeightsChoice.from_description(description)
 
     @property
     def available(self) -> bool:
         """Can a miss reach the engine now? (The engine process may be restarting.)"""
-        return not isinstance(self.client, RemoteEngineClient) or self.client.connected
+        return self.client.connected
 
     async def refresh_metrics(self) -> None:
         """Read the engine process's metrics now, before a scrape (in process they are always current)."""
-        if isinstance(self.client, RemoteEngineClient):
-            await self.client.refresh_metrics()
+        await self.client.refresh_metrics()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         plan = OutputPlan([])
@@ -141,19 +127,19 @@ class EngineBackend:
             async for event in events:
                 while opening:  # after the engine took the request: an error before it stays a plain 4xx/5xx
                     yield Chunk(opening.pop(0))
-                if isinstance(event, EngineFinished):
-                    usage = event.usage
+                if isinstance(event, Finished):
                     if event.finish_reason == "abort":
                         raise ServiceUnavailable("The engine stopped this request.", code="engine_aborted")
                     reasons = [_reason(reason) for reason in event.choice_finish_reasons]
                     if chunks is not None:
                         for finish in chunks.finish(reasons):
                             yield Chunk(finish)
-                        yield Chunk(chunks.usage(_usage(usage)))
+                        yield Chunk(chunks.usage(_usage(event)))
                     reason: Literal["stop", "length", "tool_calls"] = reasons[0]
                     if plan.tool_call and reason == "stop":
                         reason = "tool_calls"
-                    yield Finished(reason, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+                    # what the service sees: the first choice's reason, in OpenAI's words
+                    yield Finished(reason, event.prompt_tokens, event.completion_tokens, event.cached_tokens)
                 elif chunks is not None:
                     logprobs = event.logprobs if request.logprobs is not None else None
                     for chunk in chunks.text(event.index, event.text, logprobs):
@@ -195,24 +181,18 @@ class EngineBackend:
         await self.client.shutdown()
 
 
-def start_engine(settings: Settings) -> tuple[AsyncEngineClient, WeightsChoice, Path]:
-    """Load the configured generator in this process and start the engine's step loop; also returns the
-    model folder (its tokenizer is the one workers use)."""
-    source = resolve_generator(settings.generator, settings.model_dir)
-    config = read_config(ensure_hf_folder(source, settings.model_dir))
-    weights = choose_weights(settings.engine_weights, config, weights_storage(source), settings.engine_decode)
-    loaded = load_model(source, settings.model_dir, weights=weights.weights)
-    engine_config = EngineConfig(
-        num_blocks=max(1, settings.kv_cache_tokens // settings.kv_block_size),
-        block_size=settings.kv_block_size,
-        scheduler=SchedulerConfig(max_num_seqs=settings.engine_max_num_seqs),
-        decode_kernel=settings.engine_decode,
+def local_engine_config(settings: Settings) -> LocalEngineConfig:
+    """The in-process engine the settings describe (`engine.build_engine` loads it)."""
+    return LocalEngineConfig(
+        generator=settings.generator,
+        model_dir=settings.model_dir,
+        model_name=served_model_name(settings),
+        weights=settings.engine_weights,
+        decode=settings.engine_decode,
+        kv_cache_tokens=settings.kv_cache_tokens,
+        kv_block_size=settings.kv_block_size,
+        max_num_seqs=settings.engine_max_num_seqs,
     )
-    client = AsyncEngineClient.from_loaded(loaded, served_model_name(settings), engine_config)
-    weights = dataclasses.replace(weights, decode=client.engine.runner.decode_kernel)
-    logger.info("engine decode steps: %s", weights.decode)
-    client.start()
-    return client, weights, loaded.folder
 
 
 def served_model_name(settings: Settings) -> str:
@@ -245,13 +225,13 @@ def _reason(engine_reason: str) -> Literal["stop", "length"]:
     return "length" if engine_reason == "length" else "stop"
 
 
-def _usage(usage: EngineUsage) -> dict[str, Any]:
-    """The engine's usage as OpenAI's `usage` object (carried by the answer's last chunk)."""
+def _usage(finished: Finished) -> dict[str, Any]:
+    """The engine's token counts as OpenAI's `usage` object (carried by the answer's last chunk)."""
     return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "prompt_tokens": finished.prompt_tokens,
+        "completion_tokens": finished.completion_tokens,
+        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
     }
 
 

@@ -13,7 +13,8 @@ import sys
 
 import torch
 
-from gateway.backends.engine import start_engine
+from engine import build_engine
+from gateway.backends.engine import local_engine_config
 from gateway.observability.request_log import configure_logging
 from gateway.runtime.process_plan import ProcessPlan
 from gateway.runtime.settings import Settings
@@ -22,18 +23,19 @@ logger = logging.getLogger("kvgate.engine")
 
 
 async def serve_engine(settings: Settings, plan: ProcessPlan) -> None:
-    from engine.serving.server import EngineServer  # after logging is configured
+    from engine import EngineServer  # after logging is configured
 
     torch.set_num_threads(settings.torch_threads)
-    client, weights, folder = await asyncio.to_thread(start_engine, settings)
-    server = EngineServer(client, plan.engine_socket, {"weights": weights.describe(), "folder": str(folder)})
+    client = await asyncio.to_thread(build_engine, local_engine_config(settings))
+    server = EngineServer(client, plan.engine_socket, client.info)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await server.start()
+    weights = client.info["weights"]
     logger.info(
-        "engine process ready: %s, weights %s (%s)", client.model_name, weights.weights, weights.reason
+        "engine process ready: %s, weights %s (%s)", client.model_name, weights["weights"], weights["reason"]
     )
     await stop.wait()
     await server.close()

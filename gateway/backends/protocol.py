@@ -3,7 +3,8 @@
 A backend turns a `GenerationRequest` into a stream of events that ends with one `Finished`: the engine
 yields `TextDelta`s; an upstream yields what it sent, the `Chunk`s of a stream or one `Whole` object, so
 that nothing of its answer is lost on the way to the client or the cache. The service never knows which
-backend it is talking to.
+backend it is talking to. `Finished` is the engine's own (`engine.Finished`): one type for how an answer
+ended and what it cost, whoever produced it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# As the backend sent it: "stop", "length", "tool_calls", "content_filter", ...
-FinishReason = str
+from engine import Finished as Finished  # re-exported: the routes and the service name it from here
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +66,6 @@ class Whole:
     """An upstream's whole JSON answer, as it sent it."""
 
     payload: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    finish_reason: FinishReason
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
 
 
 GenerationEvent = TextDelta | Chunk | Whole | Finished

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.grammar import json_object_spec, json_schema_spec
+from engine import json_object_spec, json_schema_spec
 
 TOOLS_INTRO = (
     "You can call the tools listed below. Reply with exactly one call, as a JSON object "

@@ -6,10 +6,14 @@ answer can be accounted and stored once complete. Nothing is rebuilt from text: 
 reasoning, logprobs and every other field reach the client and the cache as sent. Upstream errors keep
 their status and, where the upstream sent OpenAI's error shape, its message and type.
 
-A circuit breaker (when given) counts lost connections, timeouts and 5xx answers; while it is open, calls
-fail fast with a 503. Only a failure to connect (nothing sent yet) is retried, with jittered exponential
-back-off; once a request was sent, and above all once a stream started, it is never retried. The
-request's W3C `traceparent` is forwarded.
+Connections are kept alive in one bounded pool (`max_connections`, all of them kept between requests, each
+for `keepalive_s`, under the idle timeout of common upstreams so kvgate does not reuse one the upstream is
+closing). An attempt refused or reset before the answer began is retried with jittered back-off until the
+request's connect deadline (upstream_retry.py says which are safe to send again); once an answer began,
+and above all once a stream started, nothing is retried. A circuit breaker (when given) counts each
+request once, after its retries, as failed (a lost connection, a timeout, a 5xx) or not; while it is open,
+calls fail fast with a 503, and its half-open probe is one attempt. The request's W3C `traceparent` is
+forwarded.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -26,10 +29,9 @@ import httpx
 from gateway.api.errors import UpstreamFailed
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, Whole
 from gateway.backends.upstream_models import UpstreamModels
+from gateway.backends.upstream_retry import Attempts, RetryPolicy
 from gateway.observability.tracecontext import TRACEPARENT, current_trace
-from gateway.traffic.breaker import CircuitBreaker
-
-RETRY_BASE_S = 0.1
+from gateway.traffic.breaker import BreakerState, CircuitBreaker
 
 
 class UpstreamBackend:
@@ -47,21 +49,31 @@ class UpstreamBackend:
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         breaker: CircuitBreaker | None = None,
-        connect_retries: int = 2,
+        connect_retries: int | None = None,
         connect_timeout_s: float = 10.0,
         models_refresh_s: float = 60.0,
+        max_connections: int = 100,
+        keepalive_s: float = 4.0,
     ) -> None:
+        """`connect_timeout_s`: how long one request may keep trying to get through (never past
+        `timeout_s`); `connect_retries`: an optional cap on its retries (None: as many as fit)."""
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                keepalive_expiry=keepalive_s,
+            ),
             transport=transport,
         )
         self.models = UpstreamModels(models, models_refresh_s)
         self._breaker = breaker
-        self._connect_retries = connect_retries
+        self._retry = RetryPolicy(min(connect_timeout_s, timeout_s), connect_retries)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         path = request.path or ("chat/completions" if request.messages is not None else "completions")
@@ -75,8 +87,11 @@ class UpstreamBackend:
         usage: dict[str, Any] = {}
         if self._breaker is not None:
             self._breaker.check()
+        headers = request.headers
+        if request.path == "messages" and self.api_key:  # Anthropic's API names the key its own way
+            headers = headers | {"x-api-key": self.api_key}
         with self._failures():
-            response = await self._open(path, body, request.headers)
+            response = await self._open(path, body, headers, replayable=not request.stream)
             try:
                 if response.status_code >= 400:
                     await response.aread()
@@ -137,9 +152,20 @@ class UpstreamBackend:
         if trace is not None:
             headers = headers | {TRACEPARENT: trace.traceparent}
         url = httpx.URL(path, query=query.encode())
-        request = self._client.build_request(method, url, headers=headers, content=body)
+        watched = _WatchedBody(body)
+        attempts = self._attempts(replayable=False)
         with self._failures():
-            return await self._client.send(request, stream=True)
+            while True:
+                request = self._client.build_request(
+                    method, url, headers=headers, content=watched, timeout=self._attempt_timeout(attempts)
+                )
+                try:
+                    return await self._client.send(request, stream=True)
+                except httpx.TransportError as error:  # retried only while no byte of the body was read
+                    wait = attempts.backoff_s(error, body_untouched=not watched.started)
+                    if wait is None:
+                        raise
+                    await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
     async def abort(self, request_id: str) -> None:
@@ -168,21 +194,36 @@ class UpstreamBackend:
         await self._client.aclose()
 
     async def _open(
-        self, path: str, body: dict[str, Any], extra: dict[str, str] | None = None
+        self, path: str, body: dict[str, Any], extra: dict[str, str] | None = None, *, replayable: bool = True
     ) -> httpx.Response:
-        """Send the request; retry only when the connection could not be made (nothing was sent)."""
+        """Send the request until its answer begins: attempts that failed before it began are retried
+        while that is safe (`replayable`: a JSON request, not a stream) and the connect deadline allows."""
         trace = current_trace.get()
         headers = {TRACEPARENT: trace.traceparent} if trace is not None else {}
         headers |= extra or {}
-        request = self._client.build_request("POST", path, json=body, headers=headers)
-        for attempt in range(self._connect_retries + 1):
+        attempts = self._attempts(replayable=replayable)
+        while True:
+            # Built afresh for each attempt: its connect timeout is its own (and, with pools, its URL could
+            # be another member's).
+            request = self._client.build_request(
+                "POST", path, json=body, headers=headers, timeout=self._attempt_timeout(attempts)
+            )
             try:
                 return await self._client.send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                if attempt == self._connect_retries:
+            except httpx.TransportError as error:
+                wait = attempts.backoff_s(error)
+                if wait is None:
                     raise
-                await asyncio.sleep(random.uniform(0, RETRY_BASE_S * 2**attempt))  # full jitter
-        raise AssertionError("unreachable")
+                await asyncio.sleep(wait)
+
+    def _attempts(self, *, replayable: bool) -> Attempts:
+        """A half-open breaker's probe asks once: one refusal is the answer, and a probe that retried until
+        the deadline would keep the breaker half-open (and /readyz vague) for that long."""
+        probing = self._breaker is not None and self._breaker.state is not BreakerState.CLOSED
+        return self._retry.start(replayable=replayable, retry=not probing)
+
+    def _attempt_timeout(self, attempts: Attempts) -> httpx.Timeout:
+        return httpx.Timeout(self._timeout_s, connect=attempts.connect_timeout_s())
 
     @contextlib.contextmanager
     def _failures(self) -> Iterator[None]:
@@ -210,6 +251,19 @@ class UpstreamBackend:
             self._breaker.record_failure()
         else:
             self._breaker.record_success()
+
+
+class _WatchedBody:
+    """A streamed request body that remembers whether the transport began reading it."""
+
+    def __init__(self, body: AsyncIterator[bytes]) -> None:
+        self._body = body
+        self.started = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.started = True
+        async for part in self._body:
+            yield part
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:

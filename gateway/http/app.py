@@ -14,22 +14,26 @@ from typing import Any
 import torch
 from fastapi import FastAPI
 
-from engine.weights.model_files import resolve_generator
+from engine import resolve_generator
 from gateway.api.errors import install_error_handlers
+from gateway.apis.routes import api_routes, passthrough_route
 from gateway.backends.protocol import Backend
 from gateway.backends.upstream import UpstreamBackend
 from gateway.embeddings import EmbeddingsService
+from gateway.fail_open import FailOpenCache
 from gateway.feedback import FeedbackService
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
-from gateway.http.routes import admin, anthropic, embeddings, health, openai, passthrough
+from gateway.http.routes import admin, health, openai
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
 from gateway.observability.feedback_log import FEEDBACK_FILE, FeedbackLog
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.progress import rich_progress
 from gateway.observability.served_hits import ServedHits
 from gateway.observability.stats import HitStats
 from gateway.observability.tracecontext import TraceContextMiddleware
 from gateway.observability.tracing import Tracing
+from gateway.runtime.admin_token import ensure_admin_token
 from gateway.runtime.allocator import HeapTrimmer, limit_arenas
 from gateway.runtime.background import cancel_and_wait
 from gateway.runtime.process_plan import ProcessPlan
@@ -39,14 +43,17 @@ from gateway.service import CompletionService
 from gateway.traffic.breaker import BreakerState, CircuitBreaker
 from gateway.traffic.ratelimit import RateLimiter
 from gateway.traffic.tenant_policy import TenantPolicy
-from semantic.cache import CacheConfig, SemanticCache
-from semantic.embedding.embedder import SentenceEmbedder
-from semantic.embedding.embedder_source import resolve_embedder
-from semantic.index.vector_index import rich_progress
-from semantic.language_routing import served_embedder
-from semantic.rule.multilingual_rule import load_served_rule, multilingual_languages
-from semantic.rule.verdict import HitRule
-from semantic.store.entries import RedisEntryStore
+from semantic import (
+    CacheConfig,
+    HitRule,
+    RedisEntryStore,
+    SemanticCache,
+    SentenceEmbedder,
+    load_served_rule,
+    multilingual_languages,
+    resolve_embedder,
+    served_embedder,
+)
 
 logger = logging.getLogger("kvgate")
 
@@ -146,20 +153,23 @@ def create_app(
             app.state.backend = backend
             app.state.generator_source = resolve_generator(settings.generator, settings.model_dir)
             served_hits = ServedHits(store.client, settings.feedback_window_s)
-            app.state.service = CompletionService(
+            fail_open = FailOpenCache(
                 cache,
+                app.state.metrics,
+                breakers["store"],
+                served_hits,
+                settings.store_error_log_interval_s,
+            )
+            app.state.service = CompletionService(
+                fail_open,
                 backend,
                 HitStats(),
-                app.state.metrics,
                 scope_secret=settings.scope_secret.get_secret_value().encode(),
                 max_pending=settings.max_pending,
                 store_truncated=settings.store_truncated,
                 max_stored_answer_bytes=settings.max_stored_answer_bytes,
                 log_prompts=settings.log_prompts,
                 shadow_mode=settings.shadow_mode,
-                store_breaker=breakers["store"],
-                store_error_log_interval_s=settings.store_error_log_interval_s,
-                served_hits=served_hits,
             )
             app.state.feedback = FeedbackService(
                 cache, served_hits, FeedbackLog(settings.data_dir / FEEDBACK_FILE), app.state.service.stats
@@ -208,20 +218,17 @@ def create_app(
     app.state.breakers = make_breakers(settings, app.state.metrics)
     app.state.tracing = Tracing.from_endpoint(settings.otlp_endpoint)
     app.state.keys = keys
-    app.state.admin_guard = AdminGuard(
-        settings.admin_token.get_secret_value() if settings.admin_token else None
-    )
+    configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.state.admin_guard = AdminGuard(ensure_admin_token(configured, settings.data_dir))
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TraceContextMiddleware)
     app.include_router(openai.router)
-    app.include_router(embeddings.router)
-    app.include_router(anthropic.router)
     app.include_router(health.router)
     app.include_router(admin.router)
+    app.router.routes[0:0] = api_routes()  # matched before the routers (gateway/apis/pipeline.py)
     if settings.upstream_url:
-        app.include_router(passthrough.router)  # last: only what no other route takes
-    app.router.routes[0:0] = openai.served_routes()  # matched before the routers (routes/openai.py)
+        app.router.routes.append(passthrough_route())  # last: only what no other route takes
     return app
 
 
@@ -259,6 +266,8 @@ def default_backend(
             breaker=upstream_breaker,
             connect_retries=settings.upstream_connect_retries,
             connect_timeout_s=settings.upstream_connect_timeout_s,
+            max_connections=settings.upstream_max_connections,
+            keepalive_s=settings.upstream_keepalive_s,
             models_refresh_s=settings.upstream_models_refresh_s,
         )
     from gateway.backends.engine import EngineBackend  # torch and the model load only in this mode
@@ -279,6 +288,8 @@ def make_breakers(settings: Settings, metrics: GatewayMetrics) -> dict[str, Circ
             name,
             failure_threshold=settings.breaker_failures,
             cooldown_s=settings.breaker_cooldown_s,
+            failure_rate=settings.breaker_failure_rate,
+            window_s=settings.breaker_window_s,
             on_change=export,
         )
         for name in ("upstream", "store")

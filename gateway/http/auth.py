@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.api.errors import AuthenticationFailed, PermissionDenied
+from gateway.api.errors import AuthenticationFailed
 
 logger = logging.getLogger("kvgate.auth")
 
@@ -74,14 +74,12 @@ class KeyRing:
 
 
 class AdminGuard:
-    """Checks the admin token. With none configured every admin call is refused."""
+    """Checks the admin token (configured, or written to the data dir at the first start)."""
 
-    def __init__(self, token: str | None) -> None:
-        self._token = token.encode() if token else None
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
 
     def check(self, authorization: str | None) -> None:
-        if self._token is None:
-            raise PermissionDenied("Admin endpoints are disabled: set KVGATE_ADMIN_TOKEN to enable them.")
         presented = _bearer(authorization)
         if presented is None:
             raise AuthenticationFailed("Admin token missing.", code="missing_admin_token")

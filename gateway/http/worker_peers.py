@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.serving.ipc import ConnectionClosed, Message, ask_blocking, open_connection, receive, send
+from engine import ConnectionClosed, Message, ask_blocking, open_connection, receive, send
 from gateway.observability.shadow import ShadowStats
 from gateway.observability.stats import HitStats
 

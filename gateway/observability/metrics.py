@@ -57,6 +57,12 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.errors = Counter(
+            "kvgate_request_errors",
+            "Answers that were errors (4xx, 5xx, 429, 503), by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
         self.lookup_seconds = Histogram(
             "kvgate_cache_lookup_seconds",
             "Cache lookup time (exact + semantic), including embedding.",

@@ -44,7 +44,11 @@ def fetch_stats(
     except httpx.HTTPError as error:
         raise ReportError(f"could not reach the gateway at {url}: {error}") from error
     if response.status_code in (401, 403):
-        hint = "set KVGATE_ADMIN_TOKEN" if not token else "check KVGATE_ADMIN_TOKEN"
+        hint = (
+            "run it where the gateway runs (it reads <KVGATE_DATA_DIR>/admin_token) or set KVGATE_ADMIN_TOKEN"
+            if not token
+            else "check KVGATE_ADMIN_TOKEN (or the gateway's <KVGATE_DATA_DIR>/admin_token)"
+        )
         raise ReportError(f"{url} refused the admin token ({response.status_code}); {hint}")
     if response.status_code != 200:
         raise ReportError(f"{url}/admin/stats answered {response.status_code}: {response.text[:200]}")

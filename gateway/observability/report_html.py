@@ -22,10 +22,11 @@ from gateway.observability.report import (
     percent,
     shadow_line,
 )
+from gateway.observability.svg_charts import GRID, MUTED, clip, hhmm, nice_ticks, rect, svg, text, y_grid
 
 EXACT, SEMANTIC, MISS, BYPASS = "#2563eb", "#14b8a6", "#cbd5e1", "#c4b5fd"
 SIM_HIT, SIM_MISS, THRESHOLD = "#14b8a6", "#f59e0b", "#dc2626"
-INK, MUTED, GRID = "#0f172a", "#64748b", "#e2e8f0"
+INK = "#0f172a"
 WIDTH = 1136  # the content width in CSS pixels; every chart is drawn to it
 
 CSS = f"""
@@ -148,7 +149,7 @@ def _timeline_chart(timeline: list[dict[str, Any]]) -> str:
     slot = plot_w / ((last - first) / 60 + 1)
     peak = max(point["requests"] for point in timeline) or 1
     parts = [
-        _y_grid(
+        y_grid(
             left, top, plot_w, plot_h, [(fraction, f"{fraction:.0%}") for fraction in (0, 0.25, 0.5, 0.75, 1)]
         )
     ]
@@ -158,26 +159,26 @@ def _timeline_chart(timeline: list[dict[str, Any]]) -> str:
         bar_w = max(slot * 0.8, 1.0)
         exact_h, semantic_h = point["exact_hit_rate"] * plot_h, point["semantic_hit_rate"] * plot_h
         tip = (
-            f"{_hhmm(point['minute'])}: {point['requests']} requests, exact {percent(point['exact_hit_rate'])},"
+            f"{hhmm(point['minute'])}: {point['requests']} requests, exact {percent(point['exact_hit_rate'])},"
             f" semantic {percent(point['semantic_hit_rate'])}"
         )
         parts.append(f"<g><title>{escape(tip)}</title>")
-        parts.append(_rect(x, top + plot_h - exact_h, bar_w, exact_h, EXACT))
-        parts.append(_rect(x, top + plot_h - exact_h - semantic_h, bar_w, semantic_h, SEMANTIC))
+        parts.append(rect(x, top + plot_h - exact_h, bar_w, exact_h, EXACT))
+        parts.append(rect(x, top + plot_h - exact_h - semantic_h, bar_w, semantic_h, SEMANTIC))
         volume = point["requests"] / peak * volume_h
-        parts.append(_rect(x, volume_top + volume_h - volume, bar_w, volume, "#94a3b8") + "</g>")
-    parts.append(_text(left - 6, volume_top + 10, count(peak), anchor="end"))
-    parts.append(_text(left - 6, volume_top + volume_h, "0", anchor="end"))
+        parts.append(rect(x, volume_top + volume_h - volume, bar_w, volume, "#94a3b8") + "</g>")
+    parts.append(text(left - 6, volume_top + 10, count(peak), anchor="end"))
+    parts.append(text(left - 6, volume_top + volume_h, "0", anchor="end"))
     parts.append(
         f'<line x1="{left}" x2="{left + plot_w}" y1="{volume_top + volume_h}" '
         f'y2="{volume_top + volume_h}" stroke="{GRID}"/>'
     )
     for minute in range(first - first % 600 + 600, last + 1, 600):  # a label every ten minutes
         x = left + (minute - first) / 60 * slot + slot / 2
-        parts.append(_text(x, volume_top + volume_h + 16, _hhmm(minute), anchor="middle"))
+        parts.append(text(x, volume_top + volume_h + 16, hhmm(minute), anchor="middle"))
     height = volume_top + volume_h + 24
     legend = _legend([("exact hit", EXACT), ("semantic hit", SEMANTIC), ("requests / min", "#94a3b8")])
-    return legend + _svg(width, height, "".join(parts), "hit rate over time by layer")
+    return legend + svg(width, height, "".join(parts), "hit rate over time by layer")
 
 
 def _similarity_note(stats: dict[str, Any]) -> str:
@@ -208,8 +209,8 @@ def _similarity_chart(stats: dict[str, Any]) -> str:
     low, high = rows[0][0] - 0.025, 1.0
     scale = plot_w / (high - low)
     peak = max(max(hit, miss) for _, hit, miss in rows) or 1
-    ticks = _nice_ticks(peak)
-    parts = [_y_grid(left, top, plot_w, plot_h, [(tick / ticks[-1], count(tick)) for tick in ticks])]
+    ticks = nice_ticks(peak)
+    parts = [y_grid(left, top, plot_w, plot_h, [(tick / ticks[-1], count(tick)) for tick in ticks])]
     for bound, hit, miss in rows:
         x = left + (bound - 0.025 - low) * scale
         bar_w = 0.025 * scale / 2 - 1
@@ -220,13 +221,11 @@ def _similarity_chart(stats: dict[str, Any]) -> str:
             height = value / ticks[-1] * plot_h
             tip = f"{bound - 0.025:.3f}–{bound:.3f}: {value} {label}"
             parts.append(
-                f"<g><title>{escape(tip)}</title>{_rect(x + offset, top + plot_h - height, bar_w, height, color)}</g>"
+                f"<g><title>{escape(tip)}</title>{rect(x + offset, top + plot_h - height, bar_w, height, color)}</g>"
             )
     for tick in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
         if tick >= low:
-            parts.append(
-                _text(left + (tick - low) * scale, top + plot_h + 16, f"{tick:.1f}", anchor="middle")
-            )
+            parts.append(text(left + (tick - low) * scale, top + plot_h + 16, f"{tick:.1f}", anchor="middle"))
     if threshold is not None and low <= threshold <= high:
         x = left + (threshold - low) * scale
         parts.append(
@@ -234,10 +233,10 @@ def _similarity_chart(stats: dict[str, Any]) -> str:
             'stroke-width="2" stroke-dasharray="5 3"/>'
         )
         parts.append(
-            _text(x - 5, top + 10, f"threshold {threshold:.2f}", anchor="end", color=THRESHOLD, weight=600)
+            text(x - 5, top + 10, f"threshold {threshold:.2f}", anchor="end", color=THRESHOLD, weight=600)
         )
     legend = _legend([("semantic hit", SIM_HIT), ("miss", SIM_MISS), ("threshold", THRESHOLD)])
-    return legend + _svg(width, top + plot_h + 24, "".join(parts), "similarity histogram")
+    return legend + svg(width, top + plot_h + 24, "".join(parts), "similarity histogram")
 
 
 def _top_scopes(scopes: list[dict[str, Any]]) -> str:
@@ -250,18 +249,18 @@ def _top_scopes(scopes: list[dict[str, Any]]) -> str:
     for index, scope in enumerate(scopes):
         y = index * row_h
         label = f"{scope['tenant']} · {scope['model']}"
-        parts.append(_text(0, y + 14, _clip(label, 34), color=INK))
-        parts.append(_text(label_w - 92, y + 14, scope["scope"], mono=True))
+        parts.append(text(0, y + 14, clip(label, 34), color=INK))
+        parts.append(text(label_w - 92, y + 14, scope["scope"], mono=True))
         exact_w = scope["exact_hit"] / peak * bar_room
         semantic_w = scope["semantic_hit"] / peak * bar_room
         tip = f"{label} · scope {scope['scope']}: {scope['hits']} hits ({scope['exact_hit']} exact, {scope['semantic_hit']} semantic)"
         parts.append(
-            f"<g><title>{escape(tip)}</title>{_rect(label_w, y + 4, exact_w, 13, EXACT)}"
-            f"{_rect(label_w + exact_w, y + 4, semantic_w, 13, SEMANTIC)}</g>"
+            f"<g><title>{escape(tip)}</title>{rect(label_w, y + 4, exact_w, 13, EXACT)}"
+            f"{rect(label_w + exact_w, y + 4, semantic_w, 13, SEMANTIC)}</g>"
         )
-        parts.append(_text(label_w + exact_w + semantic_w + 6, y + 15, count(scope["hits"]), color=INK))
+        parts.append(text(label_w + exact_w + semantic_w + 6, y + 15, count(scope["hits"]), color=INK))
     legend = _legend([("exact", EXACT), ("semantic", SEMANTIC)])
-    return legend + _svg(width, len(scopes) * row_h + 4, "".join(parts), "top scopes by hits")
+    return legend + svg(width, len(scopes) * row_h + 4, "".join(parts), "top scopes by hits")
 
 
 def _tally_tables(stats: dict[str, Any]) -> str:
@@ -303,17 +302,17 @@ def _saved_chart(stats: dict[str, Any]) -> str:
     parts = []
     for index, (name, tally) in enumerate(tenants.items()):
         y = index * row_h
-        parts.append(_text(0, y + 24, _clip(name, 14), color=INK, weight=600))
+        parts.append(text(0, y + 24, clip(name, 14), color=INK, weight=600))
         tokens_w = tally["tokens_saved"] / peak_tokens * bar_room
         seconds_w = tally["seconds_saved"] / peak_seconds * bar_room
-        parts.append(_rect(label_w, y + 4, tokens_w, 15, EXACT))
+        parts.append(rect(label_w, y + 4, tokens_w, 15, EXACT))
         parts.append(
-            _text(label_w + tokens_w + 6, y + 16, f"{count(tally['tokens_saved'])} tokens", color=INK)
+            text(label_w + tokens_w + 6, y + 16, f"{count(tally['tokens_saved'])} tokens", color=INK)
         )
-        parts.append(_rect(label_w, y + 22, seconds_w, 15, SEMANTIC))
-        parts.append(_text(label_w + seconds_w + 6, y + 34, duration(tally["seconds_saved"]), color=INK))
+        parts.append(rect(label_w, y + 22, seconds_w, 15, SEMANTIC))
+        parts.append(text(label_w + seconds_w + 6, y + 34, duration(tally["seconds_saved"]), color=INK))
     legend = _legend([("tokens saved", EXACT), ("engine time saved", SEMANTIC)])
-    return legend + _svg(width, len(tenants) * row_h, "".join(parts), "tokens and time saved by tenant")
+    return legend + svg(width, len(tenants) * row_h, "".join(parts), "tokens and time saved by tenant")
 
 
 def _prefix_chart(prefix: dict[str, Any] | None) -> str:
@@ -327,7 +326,7 @@ def _prefix_chart(prefix: dict[str, Any] | None) -> str:
         f'<circle cx="{center}" cy="{center}" r="{radius}" fill="none" stroke="{GRID}" stroke-width="{stroke}"/>'
         f'<circle cx="{center}" cy="{center}" r="{radius}" fill="none" stroke="{EXACT}" stroke-width="{stroke}" '
         f'stroke-dasharray="{filled:.1f} {circumference:.1f}" transform="rotate(-90 {center} {center})"/>'
-        + _text(
+        + text(
             center, center + 8, percent(prefix["hit_rate"]), anchor="middle", color=INK, weight=700, size=24
         )
     )
@@ -339,7 +338,7 @@ def _prefix_chart(prefix: dict[str, Any] | None) -> str:
     )
     return (
         f'<div style="display:flex;gap:28px;align-items:center">'
-        f"{_svg(size, size, ring, 'prefix-cache token hit rate')}{facts}</div>"
+        f"{svg(size, size, ring, 'prefix-cache token hit rate')}{facts}</div>"
     )
 
 
@@ -392,63 +391,3 @@ def _rate_bar(tally: dict[str, Any]) -> str:
         f'background:{EXACT}"></span><span style="width:{semantic:.1f}%;background:{SEMANTIC}"></span></span>'
         f"{percent(tally['hit_rate'])}"
     )
-
-
-def _svg(width: float, height: float, content: str, label: str) -> str:
-    return (
-        f'<svg width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" role="img" '
-        f'aria-label="{escape(label)}">{content}</svg>'
-    )
-
-
-def _y_grid(left: float, top: float, width: float, height: float, ticks: list[tuple[float, str]]) -> str:
-    lines = []
-    for fraction, label in ticks:
-        y = top + height - fraction * height
-        lines.append(f'<line x1="{left}" x2="{left + width:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        lines.append(_text(left - 6, y + 4, label, anchor="end"))
-    return "".join(lines)
-
-
-def _rect(x: float, y: float, width: float, height: float, color: str) -> str:
-    if height <= 0 or width <= 0:
-        return ""
-    return (
-        f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" rx="1.5" fill="{color}"/>'
-    )
-
-
-def _text(
-    x: float,
-    y: float,
-    text: str,
-    anchor: str = "start",
-    color: str = MUTED,
-    weight: int = 400,
-    size: int = 11,
-    mono: bool = False,
-) -> str:
-    family = ' style="font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace"' if mono else ""
-    return (
-        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{color}" font-size="{size}" '
-        f'font-weight="{weight}"{family}>{escape(text)}</text>'
-    )
-
-
-def _nice_ticks(peak: float) -> list[float]:
-    """Four or five round steps from 0 to at least `peak`."""
-    step = 1.0
-    while peak / step > 5:
-        for factor in (2, 2.5, 2):
-            step *= factor
-            if peak / step <= 5:
-                break
-    return [step * index for index in range(int(-(-peak // step)) + 1)]
-
-
-def _hhmm(epoch_s: float) -> str:
-    return time.strftime("%H:%M", time.gmtime(epoch_s))
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

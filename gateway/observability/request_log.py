@@ -22,7 +22,14 @@ from typing import Any
 from gateway.observability.tracecontext import current_trace
 
 access_logger = logging.getLogger("kvgate.access")
-COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
+# The API routes: the pipeline writes their line (gateway/apis/pipeline.py).
+COMPLETION_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/embeddings",
+)
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -81,6 +88,8 @@ def configure_logging(level: str, json_lines: bool) -> QueueListener:
     root = logging.getLogger()
     root.handlers[:] = [StampingQueueHandler(records)]
     root.setLevel(level.upper())
+    # httpx logs every upstream call at info: a miss's own access line says it went upstream.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
     uvicorn_access = logging.getLogger("uvicorn.access")
     uvicorn_access.filters[:] = [f for f in uvicorn_access.filters if not isinstance(f, CoveredRoutes)]
     uvicorn_access.addFilter(CoveredRoutes())

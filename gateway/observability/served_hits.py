@@ -18,9 +18,7 @@ from typing import Any
 
 from redis.typing import EncodableT
 
-from semantic.store.changes import RedisClient
-from semantic.store.entries import CacheEntry
-from semantic.store.scope import RequestScope
+from semantic import CacheEntry, RedisClient, RequestScope
 
 PREFIX = "kvgate:fb"
 FIELDS = (

@@ -69,7 +69,8 @@ class Settings(BaseSettings):
     """A JSON object `{"key": "tenant"}` read at start-up, merged with `api_keys`."""
 
     admin_token: SecretStr | None = None
-    """Bearer token for `/admin/*`. Unset: every admin call is refused."""
+    """Bearer token for `/admin/*`. Unset: a random one is written to `<data_dir>/admin_token` at the first
+    start (owner-only, logged once), which `kvgate report` on the same machine reads."""
 
     scope_secret: SecretStr = SecretStr("kvgate-default-scope-secret")
     """Keys the digests of cache scopes; every replica sharing a Redis must use the same value."""
@@ -211,7 +212,16 @@ class Settings(BaseSettings):
     `x-kvgate-priority` above a tenant's `max_priority` is clamped to it."""
 
     breaker_failures: int = Field(default=5, ge=1)
-    """Consecutive failures that open a circuit breaker (upstream, Redis store)."""
+    """Failed calls within `breaker_window_s` that open a circuit breaker (upstream, Redis store), when they
+    are also at least `breaker_failure_rate` of the calls there. An upstream request counts once, after its
+    retries. (Before issue 46: this many consecutive failures, which a burst of refusals under load met.)"""
+
+    breaker_failure_rate: float = Field(default=0.5, gt=0, le=1)
+    """Share of the calls within `breaker_window_s` that must have failed for a breaker to open (resilience4j's
+    default, 50%): a dependency that fails now and then under load is not cut off, one that is down is."""
+
+    breaker_window_s: float = Field(default=10.0, gt=0)
+    """The sliding window (seconds) a breaker counts calls and failures over."""
 
     breaker_cooldown_s: float = Field(default=2.0, gt=0)
     """How long an open breaker sheds calls before one half-open probe (short: the store must be back within 5 s)."""
@@ -219,11 +229,25 @@ class Settings(BaseSettings):
     store_error_log_interval_s: float = Field(default=60.0, gt=0)
     """While the cache store is down, its error is logged at most once per this many seconds, not per request."""
 
-    upstream_connect_retries: int = Field(default=2, ge=0, le=10)
-    """Retries (jittered exponential back-off) when the upstream refuses the connection; never mid-stream."""
+    upstream_connect_retries: int | None = Field(default=None, ge=0)
+    """A cap on the retries of one upstream request. Unset: as many as `upstream_connect_timeout_s` allows;
+    0: none. What is retried: a connection refused, reset or timed out before anything was sent, and a JSON
+    (non-streaming) request whose connection broke before the first byte of the answer; never an answer that
+    began, never a stream once sent (jittered exponential back-off between attempts)."""
 
     upstream_connect_timeout_s: float = Field(default=10.0, gt=0)
-    """Connect timeout for one upstream attempt."""
+    """How long one request may keep trying to get through to the upstream (its attempts and the waits between
+    them, never past `upstream_timeout_s`): connections a full accept queue dropped under load are tried
+    again; a refused one (nothing listens: the upstream is down) only for a second, so a dead upstream
+    answers 502 at once and the breaker opens once that is sustained."""
+
+    upstream_max_connections: int = Field(default=100, ge=1)
+    """Connections to the upstream at most (the bounded pool, all kept alive between requests); requests past
+    it wait for a free one up to `upstream_timeout_s`."""
+
+    upstream_keepalive_s: float = Field(default=4.0, gt=0)
+    """How long an idle upstream connection is kept for reuse: under the upstream's own idle timeout (uvicorn's
+    and so vLLM's is 5 s), so kvgate rarely reuses a connection the upstream is closing."""
 
     @field_validator("log_level")
     @classmethod

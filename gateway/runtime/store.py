@@ -24,7 +24,7 @@ from redis.exceptions import RedisClusterException
 from gateway.runtime.background import cancel_and_wait
 from gateway.runtime.embedded_store import EmbeddedStore, EmbeddedStoreError
 from gateway.runtime.settings import Settings
-from semantic.store.changes import RedisClient
+from semantic import RedisClient
 
 logger = logging.getLogger("kvgate.store")
 

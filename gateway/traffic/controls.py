@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from gateway.api.errors import InvalidRequest
-from semantic.cache import CacheControl
+from semantic import CacheControl
 
 STRICTNESS_HEADER = "x-kvgate-semantic-strictness"
 TAGS_HEADER = "x-kvgate-tags"

@@ -22,8 +22,8 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's bound; engine.sampler.MAX_LOGPROBS
 MAX_LOGIT_BIAS = 100.0
 
 
-def refuse_unsupported(request: OpenAIRequest) -> None:
-    """Raise `InvalidRequest` naming the first unsupported field."""
+def refuse_sampling(request: OpenAIRequest) -> None:
+    """What chat and legacy completions share: raise `InvalidRequest` naming the first unsupported field."""
     if request.n > MAX_CHOICES:
         _refuse("n", f"At most n={MAX_CHOICES} choices are supported.", "invalid_value")
     if len(request.stop_strings) > MAX_STOP_SEQUENCES:
@@ -35,13 +35,11 @@ def refuse_unsupported(request: OpenAIRequest) -> None:
             _refuse("logit_bias", f"logit_bias keys must be token ids, got {token!r}.", "invalid_value")
         if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
             _refuse("logit_bias", f"logit_bias values must be in [-100, 100], got {bias}.", "invalid_value")
-    if isinstance(request, ChatCompletionRequest):
-        _refuse_chat(request)
-    elif isinstance(request, CompletionRequest):
-        _refuse_completion(request)
 
 
-def _refuse_chat(request: ChatCompletionRequest) -> None:
+def refuse_chat(request: ChatCompletionRequest) -> None:
+    """A chat request the engine cannot honour: `InvalidRequest` naming the first unsupported field."""
+    refuse_sampling(request)
     if request.top_logprobs is not None:
         if not request.logprobs:
             _refuse("top_logprobs", "top_logprobs requires logprobs to be true.", "invalid_value")
@@ -96,7 +94,9 @@ def _refuse_response_format(response_format: dict[str, Any] | None) -> None:
             )
 
 
-def _refuse_completion(request: CompletionRequest) -> None:
+def refuse_completion(request: CompletionRequest) -> None:
+    """A legacy completion the engine cannot honour: `InvalidRequest` naming the first unsupported field."""
+    refuse_sampling(request)
     if request.logprobs is not None and not 0 <= request.logprobs <= MAX_TOP_LOGPROBS:
         _refuse("logprobs", f"logprobs must be in [0, {MAX_TOP_LOGPROBS}].", "invalid_value")
     if request.echo or request.suffix or (request.best_of or 1) != 1:

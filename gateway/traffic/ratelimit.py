@@ -21,7 +21,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.api.errors import RateLimited
-from gateway.api.objects import ChatCompletionRequest, CompletionRequest, MessagesRequest, ResponsesRequest
 from gateway.observability.metrics import GatewayMetrics
 from gateway.traffic.breaker import CircuitBreaker
 from gateway.traffic.tenant_policy import TenantPolicy
@@ -159,16 +158,6 @@ class RateLimiter:
     async def peek(self, tenant: str) -> Quota | None:
         """The tenant's buckets without charging anything (headers for a hit that is not counted)."""
         return await self._take(tenant, 0, 0)
-
-    def estimate_tokens(
-        self, request: ChatCompletionRequest | CompletionRequest | ResponsesRequest | MessagesRequest
-    ) -> int:
-        """Prompt characters / 4 + the completion budget: cheap, pessimistic, good enough for a limit."""
-        if isinstance(request, ChatCompletionRequest):
-            characters = sum(len(message.text) for message in request.messages)
-        else:
-            characters = len(request.prompt_text)
-        return characters // 4 + (request.max_new_tokens or self.default_max_tokens)
 
     async def _take(self, tenant: str, requests: int, tokens: int) -> Quota | None:
         rpm, tpm = self.policy.limits_for(tenant)

@@ -15,16 +15,15 @@ import asyncio
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from typing import ParamSpec, TypeVar, cast
 
 import faiss
 
 from semantic.index.scope_index import IndexConfig, Neighbour, ScopeIndex, Vectors
 
-__all__ = ["IndexBuilder", "IndexConfig", "Neighbour", "RebuildProgress", "VectorIndex", "rich_progress"]
+__all__ = ["IndexBuilder", "IndexConfig", "Neighbour", "RebuildProgress", "VectorIndex"]
 
 RebuildProgress = Callable[[int, int], None]
 P = ParamSpec("P")
@@ -144,18 +143,3 @@ class IndexBuilder:
             except BaseException as error:  # handed to the awaiting caller
                 done.set_exception(error)
             del job, work, done  # a finished job's arguments (a scope's snapshot) must not outlive it
-
-
-@contextmanager
-def rich_progress(description: str = "rebuilding semantic index") -> Iterator[RebuildProgress]:
-    """A rich progress bar as a `RebuildProgress` callback: `with rich_progress() as progress: ...`."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(description, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update

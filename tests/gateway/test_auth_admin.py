@@ -30,11 +30,18 @@ def test_admin_refuses_missing_or_wrong_token(client: TestClient, headers: dict[
     assert client.post("/admin/purge", json={"tenant": "alpha"}, headers=headers).status_code == 401
 
 
-def test_admin_is_disabled_without_a_token(tmp_path: Path) -> None:
+def test_without_a_configured_token_admin_takes_the_one_written_to_the_data_dir(tmp_path: Path) -> None:
     app = create_app(make_settings(tmp_path, admin_token=None), backend_factory=lambda s: ScriptedBackend())
+    path = tmp_path / "admin_token"
+    token = path.read_text().strip()
+    assert len(token) >= 32 and path.stat().st_mode & 0o777 == 0o600
     with TestClient(app) as client:
-        response = client.get("/admin/stats", headers=admin())
-    assert response.status_code == 403 and "KVGATE_ADMIN_TOKEN" in response.json()["error"]["message"]
+        assert client.get("/admin/stats", headers=admin()).status_code == 401
+        assert client.get("/admin/stats").status_code == 401
+        assert client.get("/admin/stats", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    again = create_app(make_settings(tmp_path, admin_token=None), backend_factory=lambda s: ScriptedBackend())
+    with TestClient(again) as client:  # a restart keeps the token
+        assert client.get("/admin/stats", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 
 
 def test_open_mode_serves_everyone_as_default(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.api.objects import ChatCompletionRequest
+from gateway.apis.chat import CHAT
 from gateway.http.app import create_app
 from gateway.observability.request_log import JsonFormatter
 from gateway.service import CompletionCall
@@ -74,7 +75,7 @@ def test_entry_ids_and_headers_reveal_nothing_about_tenants_or_scopes(tmp_path: 
         ids: list[str] = []
         for key, tenant in (("key-alpha", "alpha"), ("key-beta", "beta")):
             scope = service.scope_of(
-                CompletionCall(ChatCompletionRequest.model_validate(chat(TOPICS[3])), tenant)
+                CompletionCall(ChatCompletionRequest.model_validate(chat(TOPICS[3])), tenant, CHAT)
             )
             for _ in range(2):  # miss then hit: the hit names the entry
                 response = client.post("/v1/chat/completions", json=chat(TOPICS[3]), headers=auth(key))

@@ -10,11 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.errors import InvalidRequest
 from gateway.api.objects import ChatCompletionRequest, CompletionRequest
+from gateway.apis.chat import CHAT
+from gateway.apis.completion_api import CompletionApi
+from gateway.apis.completions import COMPLETIONS
 from gateway.http.deps import AdminCaller, FeedbackDep, ServiceDep
 from gateway.http.routes.health import current_registry
 from gateway.observability.report_stats import prefix_cache, rule_summary, similarity_histogram
 from gateway.service import CompletionCall
-from semantic.store.purge import PurgeSelector
+from semantic import PurgeSelector
 
 router = APIRouter(prefix="/admin")
 logger = logging.getLogger("kvgate.admin")
@@ -48,7 +51,8 @@ async def purge(body: PurgeRequest, service: ServiceDep, caller: AdminCaller) ->
             raise InvalidRequest(
                 "Purging by scope_of needs the tenant the request belongs to.", param="tenant"
             )
-        scope_id = service.scope_of(CompletionCall(_parse_request(body.scope_of), body.tenant)).scope_id
+        request, kind = _parse_request(body.scope_of)
+        scope_id = service.scope_of(CompletionCall(request, body.tenant, kind)).scope_id
     try:
         selector = PurgeSelector(
             entry_id=body.entry_id,
@@ -138,10 +142,13 @@ async def stats(
     }
 
 
-def _parse_request(body: dict[str, Any]) -> ChatCompletionRequest | CompletionRequest:
+def _parse_request(
+    body: dict[str, Any],
+) -> tuple[ChatCompletionRequest | CompletionRequest, CompletionApi[Any]]:
+    """A chat request (it has `messages`) or a legacy completion, and its adapter."""
     try:
         if "messages" in body:
-            return ChatCompletionRequest.model_validate(body)
-        return CompletionRequest.model_validate(body)
+            return ChatCompletionRequest.model_validate(body), CHAT
+        return CompletionRequest.model_validate(body), COMPLETIONS
     except ValueError as error:
         raise InvalidRequest(f"scope_of is not a valid request: {error}", param="scope_of") from error

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from gateway.traffic.breaker import BreakerState
+
 router = APIRouter()
 
 
@@ -91,14 +93,22 @@ def _verifier(rule: Any) -> dict[str, str] | None:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """200 while requests can be answered; `degraded` when the cache store is down (answers still flow);
-    `engine` says whether misses can reach the engine now."""
+    """200 while requests can be answered; `degraded` when the cache store is down (answers still flow) or
+    the upstream's breaker is not closed (hits still flow, misses get a fast 503); `engine` and `upstream`
+    say whether misses can reach the engine or the upstream now.
+
+    Still 200 when degraded: a readiness probe that failed whenever a shared dependency did would take
+    every replica out of rotation at once, and with them the cache hits they can still serve.
+    """
     state = request.app.state
     store = await state.store.describe()
     service = state.service
+    upstream = _upstream(state)
+    healthy = store["reachable"] and upstream in (None, "up")
     body = {
-        "status": "ready" if store["reachable"] else "degraded",
+        "status": "ready" if healthy else "degraded",
         "store": "up" if store["reachable"] else "down",
+        "upstream": upstream,
         "pending_generations": service.pending,
         "max_pending": service.max_pending,
         "breakers": {name: breaker.describe() for name, breaker in state.breakers.items()},
@@ -106,6 +116,15 @@ async def readyz(request: Request) -> JSONResponse:
         "engine": _engine(state.backend),
     }
     return JSONResponse(body, status_code=200)
+
+
+def _upstream(state: Any) -> str | None:
+    """`up`, or the upstream breaker's state while it is not closed (`open`, `half_open`); None in engine
+    mode."""
+    if state.settings.upstream_url is None:
+        return None
+    breaker = state.breakers["upstream"].state
+    return "up" if breaker is BreakerState.CLOSED else str(breaker.value)
 
 
 @router.get("/metrics")

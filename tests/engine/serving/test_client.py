@@ -57,11 +57,11 @@ async def test_generate_streams_deltas_then_usage_and_a_second_request_reuses_th
     assert len(deltas) == 6 and len(token_ids) == 6
     assert "".join(delta.text for delta in deltas) == ToyTokenizer().decode(token_ids)
     assert finished.finish_reason == "length"
-    assert (finished.usage.prompt_tokens, finished.usage.completion_tokens) == (21, 6)
-    assert finished.usage.cached_tokens == 0
+    assert (finished.prompt_tokens, finished.completion_tokens) == (21, 6)
+    assert finished.cached_tokens == 0
 
     _, again = await collect(client, "second", [*prompt[:17], 5, 6, 7])
-    assert again.usage.cached_tokens == 16  # four full blocks of the first request's prompt
+    assert again.cached_tokens == 16  # four full blocks of the first request's prompt
     assert client.metrics.prefix_cache_hits == 16
 
 
@@ -69,7 +69,7 @@ async def test_chat_messages_are_encoded_with_the_tokenizers_template(client) ->
     messages = [{"role": "user", "content": "hello"}]
     expected = ToyTokenizer().apply_chat_template(messages)
     _, finished = await collect_messages(client, messages)
-    assert finished.usage.prompt_tokens == len(expected) == len(client.encode_chat(messages))
+    assert finished.prompt_tokens == len(expected) == len(client.encode_chat(messages))
 
 
 async def collect_messages(
@@ -103,7 +103,7 @@ async def test_abort_ends_the_stream_and_frees_blocks_before_returning(client) -
         assert blocks_in_use(client) == 0
         events.extend([event async for event in stream])
     assert isinstance(events[-1], Finished) and events[-1].finish_reason == "abort"
-    assert events[-1].usage.completion_tokens < 200
+    assert events[-1].completion_tokens < 200
     await client.abort("victim")  # already gone: a no-op
 
 

@@ -90,8 +90,8 @@ async def test_remote_generation_equals_local_and_shares_its_prefix_cache(engine
     local_tokens, local_finished = await collect(local, "in-process", prompt)
     assert remote_tokens == local_tokens and len(remote_tokens) == 6
     assert remote_finished.finish_reason == local_finished.finish_reason == "length"
-    assert remote_finished.usage.cached_tokens == 0
-    assert local_finished.usage.cached_tokens == 20  # the remote request's blocks: one prefix cache
+    assert remote_finished.cached_tokens == 0
+    assert local_finished.cached_tokens == 20  # the remote request's blocks: one prefix cache
     assert remote.max_model_len == local.max_model_len and remote.model_name == local.model_name
     stats = await remote.refresh_metrics()
     assert stats.prefix_cache_hits == local.metrics.prefix_cache_hits == 20
@@ -206,7 +206,7 @@ async def test_choices_logprobs_and_penalties_cross_the_socket_unchanged(engine,
     near, far = await events(local, "near"), await events(remote, "far")
     assert isinstance(near[-1], Finished) and isinstance(far[-1], Finished)
     assert near[-1].finish_reasons == far[-1].finish_reasons
-    assert near[-1].usage.completion_tokens == far[-1].usage.completion_tokens
+    assert near[-1].completion_tokens == far[-1].completion_tokens
 
     def flat(stream: list[object]) -> list[tuple[object, ...]]:
         return [
@@ -226,4 +226,4 @@ async def test_choices_logprobs_and_penalties_cross_the_socket_unchanged(engine,
     assert {delta.index for delta in deltas} == {0, 1, 2} and all(len(d.logprobs) <= 1 for d in deltas)
     finished = far[-1]
     assert isinstance(finished, Finished) and finished.finish_reasons == ("length",) * 3
-    assert (finished.usage.prompt_tokens, finished.usage.completion_tokens) == (10, 15)
+    assert (finished.prompt_tokens, finished.completion_tokens) == (10, 15)

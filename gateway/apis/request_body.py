@@ -1,6 +1,6 @@
 """A request body parsed straight into its pydantic model, with FastAPI's validation errors.
 
-The completion routes are served without FastAPI's per-request machinery (`gateway/http/routes/openai.py`):
+The completion routes are served without FastAPI's per-request machinery (`gateway/apis/pipeline.py`):
 this is the part of it they need. Errors are raised as FastAPI's `RequestValidationError`, with the
 locations FastAPI gives (`("body", field, ...)`), so the one handler in `gateway/api/errors.py` renders them.
 """
