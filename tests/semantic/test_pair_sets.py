@@ -9,16 +9,17 @@ import pytest
 
 from semantic.pair_sets import (
     ADVERSARIAL_FILE,
+    MULTILINGUAL_FILE,
     QQP_FILE,
     REVIEWED_FILE,
     LabelledPair,
     file_part,
     held_out_texts,
+    load_pairs,
     split_pairs,
     text_groups,
 )
-
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+from tests.pair_fixtures import ENGLISH_PAIRS, MULTILINGUAL_PAIRS, as_development_set
 
 
 def write(path: Path, rows: list[tuple[str, str, int]]) -> Path:
@@ -57,14 +58,33 @@ def test_file_part_refuses_a_file_that_has_no_parts(tmp_path: Path) -> None:
         file_part(write(tmp_path / ADVERSARIAL_FILE, [("a", "b", 1)]), "dev")
 
 
-@pytest.mark.skipif(not (DATA_DIR / REVIEWED_FILE).is_file(), reason="no ../shared/data")
-def test_the_development_sets_parts_share_no_text() -> None:
-    for name in (REVIEWED_FILE, ADVERSARIAL_FILE):
-        parts = {part: texts(file_part(DATA_DIR / name, part)) for part in ("train", "calibration", "test")}
+def test_the_development_sets_parts_share_no_text(tmp_path: Path) -> None:
+    """The development sets' layout, built from the pairs written for the tests: half the English subjects as
+    the reviewed Quora sample (with a Quora file that also joins each subject's two questions), the other half
+    as the adversarial set, the multilingual pairs as the multilingual set. The sets themselves, in
+    ../shared/data, are checked the same way (with parts of more than 150 pairs) by
+    bench/semantic/check_data_leaks.py."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    english = ENGLISH_PAIRS.read_text(encoding="utf-8").splitlines(keepends=True)
+    half = len(english) // 2  # the file lists subject by subject: 15 subjects each side
+    (data_dir / REVIEWED_FILE).write_text("".join(english[:half]), encoding="utf-8")
+    (data_dir / ADVERSARIAL_FILE).write_text("".join(english[half:]), encoding="utf-8")
+    subjects: dict[str, dict[str, None]] = {}
+    for line in english[:half]:
+        row = json.loads(line)
+        subjects.setdefault(row["domain"], {})[row["a"]] = None
+    joined = [(first, second, 0) for first, second in (list(questions) for questions in subjects.values())]
+    sample = load_pairs(data_dir / REVIEWED_FILE)
+    write(data_dir / QQP_FILE, [(pair.a, pair.b, pair.label) for pair in sample] + joined)
+    as_development_set(MULTILINGUAL_PAIRS, MULTILINGUAL_FILE, data_dir)
+    for name in (REVIEWED_FILE, ADVERSARIAL_FILE, MULTILINGUAL_FILE):
+        parts = {part: texts(file_part(data_dir / name, part)) for part in ("train", "calibration", "test")}
         assert not parts["train"] & parts["calibration"] and not parts["train"] & parts["test"]
         assert not parts["calibration"] & parts["test"]
-        # Each part large enough to place a 2% target (tens of hits) and to show it.
-        assert min(len(file_part(DATA_DIR / name, part)) for part in parts) > 150
-    held_out = held_out_texts(DATA_DIR)
-    assert not held_out & texts(file_part(DATA_DIR / REVIEWED_FILE, "train"))
-    assert texts(file_part(DATA_DIR / ADVERSARIAL_FILE, "test")) <= held_out
+        # Each part able to place a target and to show it: both labels in it.
+        assert all({pair.label for pair in file_part(data_dir / name, part)} == {0, 1} for part in parts)
+    held_out = held_out_texts(data_dir)
+    assert not held_out & texts(file_part(data_dir / REVIEWED_FILE, "train"))
+    assert texts(file_part(data_dir / ADVERSARIAL_FILE, "test")) <= held_out
+    assert texts(file_part(data_dir / MULTILINGUAL_FILE, "calibration")) <= held_out

@@ -1,20 +1,22 @@
 """The pairs written for the verifiers' training (multilingual and English): well formed, and none of their
-texts in a part that judges the rule (the development sets' calibration and test parts, the new-subjects check)."""
+texts one that judges the rule in the repository (the pairs written for the tests, the new-subjects check,
+the English held-out subjects). Against the development sets' calibration and test parts, which live outside
+the repository (../shared/data): bench/semantic/check_data_leaks.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from semantic.pair_sets import CHATBOT_FILE, MULTILINGUAL_FILE, file_part, held_out_texts, load_pairs
+from semantic.pair_sets import load_pairs
+from tests.pair_fixtures import ENGLISH_PAIRS, MULTILINGUAL_PAIRS, fixture_texts
 from training.multilingual_pairs import LANGUAGES, written_pairs
 from training.train_verifier import WRITTEN_FILE as ENGLISH_WRITTEN_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = ROOT.parent / "shared" / "data"
 NEW_SUBJECTS = ROOT / "bench" / "semantic" / "data" / "multilingual_new_subjects.jsonl"
+ML_CALIBRATION_DIR = ROOT / "bench" / "semantic" / "data" / "ml_extra"
+ENGLISH_HOLDOUT = ROOT / "bench" / "semantic" / "data" / "english_new_subjects_holdout.jsonl"
 
 
 def test_written_pairs_are_labelled_pairs_of_two_different_texts_in_each_language() -> None:
@@ -28,16 +30,7 @@ def test_written_pairs_are_labelled_pairs_of_two_different_texts_in_each_languag
 
 
 def test_no_written_text_is_one_that_judges_the_rule() -> None:
-    if not (DATA_DIR / MULTILINGUAL_FILE).is_file():
-        pytest.skip(f"{DATA_DIR / MULTILINGUAL_FILE} is not here")
-    judged = {
-        text.strip()
-        for part in ("calibration", "test")
-        for pair in file_part(DATA_DIR / MULTILINGUAL_FILE, part)
-        for text in (pair.a, pair.b)
-    }
-    with NEW_SUBJECTS.open(encoding="utf-8") as lines:
-        judged |= {json.loads(line)[key].strip() for line in lines if line.strip() for key in ("a", "b")}
+    judged = fixture_texts(MULTILINGUAL_PAIRS, NEW_SUBJECTS)
     written = {text.strip() for pair in written_pairs() for text in (pair.a, pair.b)}
     assert not written & judged
 
@@ -51,17 +44,11 @@ def test_english_written_pairs_are_labelled_pairs_of_two_different_texts() -> No
 
 
 def test_no_english_written_text_is_one_that_judges_the_rule() -> None:
-    if not (DATA_DIR / CHATBOT_FILE).is_file():
-        pytest.skip(f"{DATA_DIR / CHATBOT_FILE} is not here")
-    judged = {text.strip().casefold() for text in held_out_texts(DATA_DIR)}
+    judged = {text.casefold() for text in fixture_texts(ENGLISH_PAIRS, MULTILINGUAL_PAIRS, ENGLISH_HOLDOUT)}
     written = {
         text.strip().casefold() for pair in load_pairs(ENGLISH_WRITTEN_FILE) for text in (pair.a, pair.b)
     }
     assert not written & judged
-
-
-ML_CALIBRATION_DIR = ROOT / "bench" / "semantic" / "data" / "ml_extra"
-ENGLISH_HOLDOUT = ROOT / "bench" / "semantic" / "data" / "english_new_subjects_holdout.jsonl"
 
 
 def test_multilingual_calibration_pairs_are_in_every_language_and_judge_nothing_they_calibrate() -> None:
@@ -70,14 +57,7 @@ def test_multilingual_calibration_pairs_are_in_every_language_and_judge_nothing_
     for language in LANGUAGES:
         labels = [pair.label for pair in pairs if pair.lang == language]
         assert labels.count(1) >= 90 and labels.count(0) >= 90, language
-    with NEW_SUBJECTS.open(encoding="utf-8") as lines:
-        judged = {json.loads(line)[key].strip() for line in lines if line.strip() for key in ("a", "b")}
-    if (DATA_DIR / MULTILINGUAL_FILE).is_file():
-        judged |= {
-            text.strip()
-            for pair in file_part(DATA_DIR / MULTILINGUAL_FILE, "test")
-            for text in (pair.a, pair.b)
-        }
+    judged = fixture_texts(NEW_SUBJECTS, MULTILINGUAL_PAIRS)
     assert not {text.strip() for pair in pairs for text in (pair.a, pair.b)} & judged
 
 

@@ -9,21 +9,20 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway.cli import app
-
-DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
+from semantic.pair_sets import ADVERSARIAL_FILE
+from tests.pair_fixtures import ENGLISH_PAIRS, as_development_set
 
 
 @pytest.mark.slow
 def test_eval_pairs_prints_the_six_figures_as_its_last_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not (DATA_DIR / "adversarial_dev.jsonl").exists():
-        pytest.skip(f"{DATA_DIR} is not here")
+    # The English pairs written for the tests, named as the adversarial set so that `--part test` splits
+    # them as it splits that set (their test part holds 54 pairs, both labels).
+    pairs = as_development_set(ENGLISH_PAIRS, ADVERSARIAL_FILE, tmp_path / "sets")
     monkeypatch.setenv("KVGATE_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("KVGATE_REDIS_URL", raising=False)
-    result = CliRunner().invoke(
-        app, ["eval-pairs", str(DATA_DIR / "adversarial_dev.jsonl"), "--part", "test", "--limit", "40"]
-    )
+    result = CliRunner().invoke(app, ["eval-pairs", str(pairs), "--part", "test", "--limit", "40"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert set(summary) == {

@@ -14,11 +14,10 @@ from semantic.rule.calibrated import Calibration, load_rule, measured_languages
 from semantic.rule.language import MIXED, NO_LANGUAGE, language_of, pair_refusal
 from semantic.rule.near_duplicate import near_duplicate_reason
 from semantic.store.entries import RedisEntryStore
+from tests.pair_fixtures import MULTILINGUAL_PAIRS
 from tests.semantic.builders import make_scope
 from tests.semantic.rule.test_rule import ScriptedVerifier, make_calibration
 
-DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
-MULTILINGUAL = DATA_DIR / "multilingual_dev.jsonl"
 NEAREST = 3  # the candidates a lookup reads (`CacheConfig.candidates` is 4; the nearest is judged)
 
 
@@ -122,13 +121,13 @@ async def test_the_cache_gives_an_unmeasured_language_exact_hits_only(
 
 @pytest.mark.slow
 def test_no_hit_between_different_questions_of_one_language(embedder: Any) -> None:
-    """Each prompt of `multilingual_dev.jsonl` against the nearest others of its language (by the embedder, as
-    a lookup meets them): a hit may only pair prompts labelled the same question. Cross-language pairs
-    never hit."""
-    if not MULTILINGUAL.is_file():
-        pytest.skip("no ../shared/data")
+    """Each prompt of the multilingual pairs written for the tests (six languages, typos and one-character
+    changes among them) against the nearest others of its language (by the embedder, as a lookup meets them):
+    a hit may only pair prompts labelled the same question. Cross-language pairs never hit."""
     rows = [
-        json.loads(line) for line in MULTILINGUAL.read_text(encoding="utf-8").splitlines() if line.strip()
+        json.loads(line)
+        for line in MULTILINGUAL_PAIRS.read_text(encoding="utf-8").splitlines()
+        if line.strip()
     ]
     same = {frozenset((row["a"], row["b"])) for row in rows if row["label"] == 1}
     by_language: dict[str, set[str]] = {}

@@ -1,5 +1,5 @@
-"""The shipped multilingual rule and embedder, as the cache serves them, on the multilingual development set's
-test part (nothing was trained or fitted on it)."""
+"""The shipped multilingual rule and embedder, as the cache serves them, on pairs nothing was trained or fitted
+on: the multilingual pairs written for the tests (tests/data/) and the new-subjects check (bench/semantic/data/)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs
+from semantic.pair_sets import LabelledPair, load_pairs
 from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule, load_multilingual_rule
 from semantic.rule.multilingual_verifier import CALIBRATION_FILE, WEIGHTS_FILE
 from semantic.scope_lookups import every_prompt_served
+from tests.pair_fixtures import MULTILINGUAL_PAIRS
 
-DATA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data"
 # Written for this check, in subjects the development set has not; never trained or calibrated on.
 NEW_SUBJECTS = (
     Path(__file__).resolve().parents[3] / "bench" / "semantic" / "data" / "multilingual_new_subjects.jsonl"
@@ -34,10 +34,9 @@ def embedder() -> MultilingualEmbedder:
 
 
 @pytest.fixture(scope="module")
-def test_part() -> list[LabelledPair]:
-    if not (DATA_DIR / MULTILINGUAL_FILE).is_file():
-        pytest.skip(f"{DATA_DIR / MULTILINGUAL_FILE} is not here")
-    return file_part(DATA_DIR / MULTILINGUAL_FILE, "test")
+def written_pairs() -> list[LabelledPair]:
+    """13 questions a language, each with three rewordings and two hard negatives (78 prompts a language)."""
+    return load_pairs(MULTILINGUAL_PAIRS)
 
 
 def test_shipped_weights_are_small_and_the_thresholds_were_fitted_for_them(rule: MultilingualRule) -> None:
@@ -52,7 +51,7 @@ def test_a_chinese_rewording_hits_and_different_chinese_questions_do_not(
 ) -> None:
     stored = "快递显示已签收但我没收到怎么办"
     asked = {
-        "包裹显示签收了可是我根本没拿到，该怎么处理？": True,  # the same question (test part, rephrase)
+        "包裹显示签收了可是我根本没拿到，该怎么处理？": True,  # the same question (a rephrase)
         "怎么做红烧肉才不腻？": False,  # issue 31: served for "怎样才能不晕车？" by the English rule
         "快递显示已签收但我没收到怎么办？": True,  # punctuation only
         "快递显示未签收但我没收到怎么办": False,  # not signed for: another question
@@ -64,16 +63,19 @@ def test_a_chinese_rewording_hits_and_different_chinese_questions_do_not(
 
 
 def test_every_prompt_against_every_other_of_its_language(
-    rule: MultilingualRule, embedder: MultilingualEmbedder, test_part: list[LabelledPair]
+    rule: MultilingualRule, embedder: MultilingualEmbedder, written_pairs: list[LabelledPair]
 ) -> None:
-    """Issue 31: each test-part prompt looked up in a scope holding every other prompt of its language, its
-    3 nearest judged, the best accepted one served. A hit serving a prompt that no positive pair joins to it
-    counts as wrong, even where the two ask the same thing unlabelled ("Explícame qué es un poder notarial"
-    / "¿Qué es un poder notarial?"): in every language at most the served target of lookups is wrong, and
-    there is a hit in every language."""
+    """Issue 31: each prompt of the pairs written for the tests looked up in a scope holding every other
+    prompt of its language, its 3 nearest judged, the best accepted one served. A hit serving a prompt that
+    no positive pair joins to it counts as wrong, even where the two would ask the same thing unlabelled: in
+    every language at most the served target of lookups is wrong (78 lookups: one), and there is a hit in
+    every language."""
     for language in LANGUAGES:
         looked, served = every_prompt_served(
-            [pair for pair in test_part if pair.lang == language], embedder.embed, rule.judge_many, JUDGED
+            [pair for pair in written_pairs if pair.lang == language],
+            embedder.embed,
+            rule.judge_many,
+            JUDGED,
         )
         wrong = [(hit.query, hit.served) for hit in served if not hit.paraphrase]
         assert len(wrong) <= DEFAULT_TARGET_FALSE_HIT_RATE * looked, (language, wrong, looked)
