@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # pip is told to prefer wheels already on this disk (torch==2.13.0 CPU build); see README.
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: help install models compose-tool serve test lint typecheck unit bench llama-server clean
+.PHONY: help install models compose-tool serve test test-peers lint typecheck unit bench llama-server clean
 .DEFAULT_GOAL := help
 
 help: ## List the targets (what `make` alone does)
@@ -78,6 +78,9 @@ $(LLAMA_SERVER): | $(PY)
 	cmake --build $(LLAMA_DIR)/build --target llama-server llama-bench -j2
 
 llama-server: $(LLAMA_SERVER) ## Build llama.cpp's llama-server under .venv (~15 minutes)
+
+test-peers: models $(LLAMA_SERVER) ## Build llama-server (~15 minutes once), then the tests against it
+	$(BIN)/pytest -m peers $(PYTEST_ARGS)
 
 # bench_hit_path.py drives HTTP with Debian's wrk (a Python client saturates before the server does).
 bench: models $(LLAMA_SERVER) ## Every bench/ script (needs wrk and llama-server; long)

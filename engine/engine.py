@@ -231,6 +231,10 @@ class LLMEngine:
             self.scheduler.advance(scheduled)
             sampling: list[_RequestState] = []
             rows: list[int] = []  # the logits row of each sampling state (forked choices share one)
+            if masks is not None:
+                # A fork deep-copies its parent's matcher, which the mask thread may still be reading
+                # (under load: "Already mutably borrowed").
+                masks.wait()
             for row, state in enumerate(parents):
                 for choice in [state, *self._fork(state)]:
                     sampling.append(choice)

@@ -25,6 +25,11 @@ class PendingMasks:
         self._mask = mask  # (R, ceil(vocab / 32)) int32; only `rows` are filled
         self._filled = filled
 
+    def wait(self) -> None:
+        """Until the filling thread is done with the grammars' matchers (a matcher is not to be touched,
+        forked included, while it computes its mask)."""
+        self._filled.result()
+
     @torch.inference_mode()  # the runner's logits are inference tensors
     def apply(self, logits: torch.Tensor, mask_rows: Sequence[int] | None = None) -> None:
         """(L, vocab) logits, in place: disallowed tokens of the constrained rows to -inf. `mask_rows[i]`:

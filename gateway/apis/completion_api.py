@@ -86,7 +86,7 @@ class CompletionApi(ABC, Generic[Body]):
         reply = Reply(
             response, headers["x-kvgate-cache"], answer.lookup.similarity if answer.lookup else None
         )
-        finished = _finished(answer)
+        finished = _finished(answer, exchange.state.tracing.enabled)
         if finished is not None:
             reply.prompt_tokens, reply.completion_tokens, reply.finish_reason = finished
         if service.log_prompts:
@@ -160,11 +160,12 @@ class CompletionApi(ABC, Generic[Body]):
     ) -> Response: ...
 
 
-def _finished(answer: CachedAnswer | LiveAnswer) -> tuple[int, int, str] | None:
-    """Tokens and finish reason, when known by now (not for a live stream still running)."""
+def _finished(answer: CachedAnswer | LiveAnswer, traced: bool) -> tuple[int, int, str | None] | None:
+    """Tokens and finish reason, when known by now (not for a live stream still running). A stored answer's
+    finish reason is read from its object only for a span that records it."""
     if isinstance(answer, CachedAnswer):
         stored = answer.answer
-        return stored.prompt_tokens, stored.completion_tokens, stored.finish_reason
+        return stored.prompt_tokens, stored.completion_tokens, stored.finish_reason if traced else None
     finished = answer.flight.finished
     if finished is None:
         return None

@@ -57,7 +57,9 @@ async def run(api: Api[Any], http: Request) -> Response:
         tenant = state.keys.tenant_for(api.credentials(http.headers)).name
         request = await api.parse(http)
         model = api.model(request)
-        with state.tracing.completion_span(api.operation, model, api.span_attributes(request)) as span:
+        tracing = state.tracing
+        attributes = api.span_attributes(request) if tracing.enabled else {}
+        with tracing.completion_span(api.operation, model, attributes) as span:
             try:
                 api.check(request, state)
                 reply = await _answer(api, http, request, tenant, request_id)

@@ -48,9 +48,11 @@ CAPITAL_SCHEMA = {
     },
 }
 
+# Run by `make test-peers` (which builds llama-server first), not by `make test`: a 15-minute build.
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason="no llama-server: run `make llama-server`"),
+    pytest.mark.peers,
+    pytest.mark.skipif(not LLAMA_SERVER.is_file(), reason="no llama-server: run `make test-peers`"),
 ]
 
 
