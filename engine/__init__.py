@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.engine import ContextLengthExceeded
+    from engine.engine_config import ContextLengthExceeded
     from engine.grammar import json_object_spec, json_schema_spec
     from engine.metrics import EngineStats, register_engine_metrics
     from engine.sampler import SamplingParams
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "engine.engine": ("ContextLengthExceeded",),
+    "engine.engine_config": ("ContextLengthExceeded",),
     "engine.grammar": ("json_object_spec", "json_schema_spec"),
     "engine.metrics": ("EngineStats", "register_engine_metrics"),
     "engine.sampler": ("SamplingParams",),

@@ -17,9 +17,11 @@ The mask sets disallowed logits to -inf before the sampler's penalties and bias,
 amounts, so a disallowed token can never be chosen; logprobs are read from the logits before the mask.
 
 A lone greedy sequence (nothing else running or waiting, no logprobs, penalties, bias or grammar) decodes
-up to `BURST_TOKENS` tokens in one native call, inside the block that holds its next position
-(`Scheduler.burst_room`); each token is then appended as a single step would append it, and the scheduler
-counts the ones whose K/V the call wrote (`Scheduler.computed_ahead`).
+up to `EngineConfig.burst_tokens` tokens in one native call, inside the block that holds its next position
+(`Scheduler.burst_room`; when it may is `engine/burst.py`'s call); each token is then appended as a single step
+would append it, and the scheduler counts the ones whose K/V the call wrote (`Scheduler.computed_ahead`).
+What a step hands back, and what it keeps per choice, is `engine/request_output.py`; its sizes,
+`engine/engine_config.py`.
 
 This module knows the model runner, the sampler, the tokenizer's `decode` and the scheduler's API; it
 makes no scheduling decisions and keeps no block accounting of its own.
@@ -27,101 +29,30 @@ makes no scheduling decisions and keeps no block accounting of its own.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence as SequenceOf
-from dataclasses import dataclass, field
 
 import torch
 
+from engine.burst import burst_steps
 from engine.detokenizer import Detokenizer, IncrementalDetokenizer
+from engine.engine_config import ContextLengthExceeded, EngineConfig
 from engine.grammar import GrammarCompiler, RequestGrammar
 from engine.grammar_masks import MaskFiller
-from engine.logprobs import PendingLogprobs, TokenLogprob, TopLogprobs, top_logprobs
+from engine.logprobs import TokenLogprob, TopLogprobs, top_logprobs
 from engine.metrics import EngineMetrics
 from engine.model.llama import LlamaModel
-from engine.model.native_decode import DecodeKernel
 from engine.model.paging import LogitsFor, SequenceChunk
+from engine.request_output import RequestOutput, RequestState, choice_id, merged, wants_logprobs
 from engine.runner import ModelRunner
 from engine.sampler import RequestSampler, SamplingParams, sample_batch
-from engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from engine.sequence import FinishReason, Sequence
 from engine.stopping import FinishReason as StopReason
 from engine.stopping import StopChecker
 from engine.weights.loader import LoadedModel
 from prefix.hashing import model_key
 from prefix.manager import BlockManager, BlockManagerConfig
-
-BURST_TOKENS = 8
-"""Most tokens a lone greedy sequence decodes in one native call (`LLMEngine._burst_steps`): the Python of a
-step and the hand-off of its text to the event loop's thread are paid once per 8 tokens (one stream through
-`AsyncEngineClient` on 2 AVX2 cores: 136 tok/s against 117 with single steps), and a request that arrives
-meanwhile waits at most 8 steps longer to start."""
-
-
-class ContextLengthExceeded(ValueError):
-    """The prompt leaves no room for a single output token in the model's context (or the KV pool)."""
-
-    def __init__(self, num_prompt_tokens: int, max_model_len: int) -> None:
-        super().__init__(
-            f"This model's maximum context length is {max_model_len} tokens; "
-            f"the prompt has {num_prompt_tokens} tokens, leaving no room for a completion."
-        )
-        self.num_prompt_tokens = num_prompt_tokens
-        self.max_model_len = max_model_len
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    num_blocks: int = 1024
-    """KV blocks in the pool: with `block_size`, the tokens all running requests can hold together."""
-    block_size: int = 16
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    max_model_len: int | None = None
-    """Prompt + output tokens per request; None: the model's context (both capped by the pool)."""
-    decode_kernel: DecodeKernel = "auto"
-    """Decode steps of an int4 model: `auto` runs them as one native call where it builds, else torch's ops;
-    `native` requires it; `torch` never uses it (engine.model.native_decode)."""
-    burst_tokens: int = BURST_TOKENS
-    """Most tokens a lone greedy sequence decodes in one native call (`LLMEngine._burst_steps`); 1: never."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestOutput:
-    """What one request produced in one step: new text and tokens, and how it ended if it did."""
-
-    request_id: str
-    text: str
-    token_ids: list[int]
-    finish_reason: FinishReason | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    """Prompt tokens served from the prefix cache (at first admission)."""
-    index: int = 0
-    """The choice (0 .. n-1) this output belongs to; `completion_tokens` and `finish_reason` are its own."""
-    logprobs: tuple[TokenLogprob, ...] = ()
-    """The log-probabilities of the tokens whose text this output releases (when the request asked)."""
-    last: bool = False
-    """Every choice of the request has finished: nothing more will come for it."""
-
-
-@dataclass(slots=True)
-class _RequestState:
-    sequence: Sequence
-    sampler: RequestSampler
-    stop_checker: StopChecker
-    detokenizer: IncrementalDetokenizer
-    request_id: str
-    """The caller's id (the sequence's own id differs for choices after the first)."""
-    index: int = 0
-    grammar: RequestGrammar | None = None
-    """This choice's own position in the request's grammar (a fork gets a copy)."""
-    forks_pending: bool = False
-    """Choices still to fork from this one at its first sample."""
-    text: str = ""
-    num_sent_chars: int = 0
-    logprobs: PendingLogprobs = field(default_factory=PendingLogprobs)
 
 
 class LLMEngine:
@@ -155,7 +86,7 @@ class LLMEngine:
         vocab_size = self.runner.config.vocab_size
         self.grammars = GrammarCompiler(tokenizer, vocab_size)  # structured outputs (engine.grammar)
         self._masks = MaskFiller(vocab_size)
-        self._requests: dict[str, _RequestState] = {}  # by sequence id
+        self._requests: dict[str, RequestState] = {}  # by sequence id
         self._choices: dict[str, list[str]] = {}  # request id -> its unfinished sequences' ids
         self._token_texts: dict[int, str] = {}  # one token decoded alone (logprobs' alternatives)
 
@@ -172,7 +103,7 @@ class LLMEngine:
     ) -> None:
         """Queue a request. Raises `ContextLengthExceeded` (or ValueError) before scheduling anything."""
         self.check_prompt(prompt_token_ids)
-        sequence_ids = [_choice_id(request_id, index) for index in range(sampling.n)]
+        sequence_ids = [choice_id(request_id, index) for index in range(sampling.n)]
         if request_id in self._choices or any(seq_id in self._requests for seq_id in sequence_ids):
             raise ValueError(f"request id {request_id!r} is already in use")
         vocab_size = self.runner.config.vocab_size
@@ -229,7 +160,7 @@ class LLMEngine:
             model_chunks = [_model_chunk(chunk) for chunk in scheduled.chunks]
             logits = self.runner.execute(model_chunks, scheduled.block_copies)  # (len(parents), vocab)
             self.scheduler.advance(scheduled)
-            sampling: list[_RequestState] = []
+            sampling: list[RequestState] = []
             rows: list[int] = []  # the logits row of each sampling state (forked choices share one)
             if masks is not None:
                 # A fork deep-copies its parent's matcher, which the mask thread may still be reading
@@ -242,7 +173,7 @@ class LLMEngine:
             if len(rows) != logits.shape[0]:
                 logits = logits[rows]  # (len(sampling), vocab): a copy, one row per choice
             # Logprobs describe the model: they are read from the logits before the grammar's mask.
-            raw_logits = logits.clone() if masks is not None and _wants_logprobs(sampling) else logits
+            raw_logits = logits.clone() if masks is not None and wants_logprobs(sampling) else logits
             if masks is not None:
                 # A fork's grammar is a copy of its parent's taken before any token: the parent's mask is
                 # its mask too, so the mask rows follow the logits rows.
@@ -261,41 +192,10 @@ class LLMEngine:
         return bool(self._requests)
 
     def _burst_steps(self, scheduled: SchedulerOutput) -> int:
-        """How many tokens this step may decode in one native call (`ModelRunner.burst`); 1 for a plain step.
-
-        Only a lone greedy sequence that nothing else waits on, asking for nothing a token's logits must
-        show (logprobs), change (penalties, bias) or mask (a grammar), bursts; and only within the block
-        that holds its next position, which it holds alone, up to `BURST_TOKENS`: the K/V a burst writes
-        needs no slot the scheduler has not given. Its tokens are those single steps would sample."""
-        if (
-            len(scheduled.chunks) != 1
-            or scheduled.block_copies
-            or scheduled.preempted
-            or not self.runner.bursts
-        ):
-            return 1
-        [chunk] = scheduled.chunks
-        if (
-            chunk.num_tokens != 1
-            or not chunk.samples
-            or self.scheduler.waiting
-            or len(self.scheduler.running) != 1
-        ):
-            return 1
-        state = self._requests.get(chunk.sequence.request_id)
-        if state is None or state.grammar is not None or state.forks_pending:
-            return 1
-        sequence = state.sequence
-        sampling = sequence.sampling
-        if not sampling.greedy or sampling.adjusts_logits or sampling.logprobs is not None:
-            return 1
-        left = min(
-            sampling.max_tokens - sequence.num_output_tokens,
-            sequence.max_total_tokens - sequence.num_tokens
-            if sequence.max_total_tokens
-            else sampling.max_tokens,
-        )
-        return max(1, min(self.config.burst_tokens, left, self.scheduler.burst_room(sequence)))
+        """How many tokens this step decodes in one native call (`engine.burst`); 1 for a plain step."""
+        chunks = scheduled.chunks
+        state = self._requests.get(chunks[0].sequence.request_id) if len(chunks) == 1 else None
+        return burst_steps(scheduled, self.scheduler, state, self.runner.bursts, self.config.burst_tokens)
 
     def _burst(self, scheduled: SchedulerOutput, steps: int) -> list[RequestOutput]:
         """One sequence's next `steps` greedy tokens from one native call, appended as single steps would
@@ -319,7 +219,7 @@ class LLMEngine:
                 self._append_token(state, token_id, started + elapsed * (position + 1) / len(tokens))
             )
         self._record_step()
-        return [_merged(outputs)]
+        return [merged(outputs)]
 
     def generate(self, prompts: SequenceOf[SequenceOf[int]], sampling: SamplingParams) -> list[list[int]]:
         """Run prompts to completion together; their output token ids, in order (for tests and benches)."""
@@ -337,8 +237,8 @@ class LLMEngine:
 
     def _state(
         self, sequence: Sequence, request_id: str, index: int, grammar: RequestGrammar | None
-    ) -> _RequestState:
-        return _RequestState(
+    ) -> RequestState:
+        return RequestState(
             sequence,
             RequestSampler(sequence.sampling, index),
             StopChecker(sequence.sampling, self.eos_token_ids),
@@ -348,7 +248,7 @@ class LLMEngine:
             grammar,
         )
 
-    def _fork(self, state: _RequestState) -> list[_RequestState]:
+    def _fork(self, state: RequestState) -> list[RequestState]:
         """At a request's first sample, its other choices: sequences sharing the prompt's blocks."""
         if not state.forks_pending:
             return []
@@ -357,7 +257,7 @@ class LLMEngine:
         children = []
         for index in range(1, parent.sampling.n):
             child = Sequence(
-                _choice_id(state.request_id, index),
+                choice_id(state.request_id, index),
                 parent.prompt_token_ids,  # never mutated: shared
                 parent.sampling,
                 cache_salt=parent.cache_salt,
@@ -373,7 +273,7 @@ class LLMEngine:
         return children
 
     def _logprobs(
-        self, logits: torch.Tensor, sampling: list[_RequestState], token_ids: list[int]
+        self, logits: torch.Tensor, sampling: list[RequestState], token_ids: list[int]
     ) -> dict[int, TopLogprobs]:
         """Rows that asked for logprobs -> their chosen token's and the best alternatives' (raw logits)."""
         rows = [row for row, state in enumerate(sampling) if state.sequence.sampling.logprobs is not None]
@@ -384,7 +284,7 @@ class LLMEngine:
         return dict(zip(rows, top_logprobs(logits, rows, chosen, num_top), strict=True))
 
     def _append_token(
-        self, state: _RequestState, token_id: int, now: float, logprobs: TopLogprobs | None = None
+        self, state: RequestState, token_id: int, now: float, logprobs: TopLogprobs | None = None
     ) -> RequestOutput:
         sequence = state.sequence
         previous = sequence.last_token_time
@@ -417,9 +317,9 @@ class LLMEngine:
         delta = state.text[state.num_sent_chars : visible]
         state.num_sent_chars = max(state.num_sent_chars, visible)
         released = state.logprobs.release(state.num_sent_chars)
-        return self._output(state, delta, [token_id], None, released)
+        return state.output(delta, [token_id], None, released)
 
-    def _finish_whole(self, state: _RequestState, reason: FinishReason, token_id: int) -> RequestOutput:
+    def _finish_whole(self, state: RequestState, reason: FinishReason, token_id: int) -> RequestOutput:
         """Finish with all of the text so far (nothing cut off), the detokenizer's held-back text included."""
         flushed = state.detokenizer.flush()
         state.text += flushed
@@ -443,7 +343,7 @@ class LLMEngine:
 
     def _finish(
         self,
-        state: _RequestState,
+        state: RequestState,
         reason: FinishReason,
         text: str,
         token_ids: list[int] | None = None,
@@ -459,30 +359,7 @@ class LLMEngine:
             del self._choices[state.request_id]
             self.metrics.record_finished(reason, sequence.num_prompt_tokens)
         self._record_step()  # an abort between steps frees blocks too: keep the gauges true
-        return self._output(state, text, token_ids or [], reason, logprobs, last)
-
-    def _output(
-        self,
-        state: _RequestState,
-        text: str,
-        token_ids: list[int],
-        reason: FinishReason | None,
-        logprobs: tuple[TokenLogprob, ...] = (),
-        last: bool = False,
-    ) -> RequestOutput:
-        sequence = state.sequence
-        return RequestOutput(
-            state.request_id,
-            text,
-            token_ids,
-            reason,
-            prompt_tokens=sequence.num_prompt_tokens,
-            completion_tokens=sequence.num_output_tokens,
-            cached_tokens=sequence.num_cached_prompt_tokens or 0,
-            index=state.index,
-            logprobs=logprobs,
-            last=last,
-        )
+        return state.output(text, token_ids or [], reason, logprobs, last)
 
     def _record_step(self) -> None:
         stats = self.scheduler.stats()
@@ -494,26 +371,6 @@ class LLMEngine:
             prefix_cache_hits=stats.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
         )
-
-
-def _merged(outputs: list[RequestOutput]) -> RequestOutput:
-    """One request's consecutive outputs (one choice, no logprobs) as one: the text and tokens of all, the
-    end of the last."""
-    last = outputs[-1]
-    return dataclasses.replace(
-        last,
-        text="".join(output.text for output in outputs),
-        token_ids=[token_id for output in outputs for token_id in output.token_ids],
-    )
-
-
-def _wants_logprobs(states: list[_RequestState]) -> bool:
-    return any(state.sequence.sampling.logprobs is not None for state in states)
-
-
-def _choice_id(request_id: str, index: int) -> str:
-    """The sequence id of a request's choice: the request's own id for the first."""
-    return request_id if index == 0 else f"{request_id}#{index}"
 
 
 def _model_chunk(chunk: ScheduledChunk) -> SequenceChunk:

@@ -9,12 +9,23 @@ applies these to a copy of the row, only for requests that set them; log-probabi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from engine.sampler import SamplingParams
+
+class PenaltyParams(Protocol):
+    """What the penalties read of a request's sampling parameters (`engine.sampler.SamplingParams`): named
+    here, not imported, so that the sampler may import this module and not the other way round."""
+
+    @property
+    def presence_penalty(self) -> float: ...
+
+    @property
+    def frequency_penalty(self) -> float: ...
+
+    @property
+    def logit_bias(self) -> tuple[tuple[int, float], ...]: ...
 
 
 class TokenCounts:
@@ -38,7 +49,7 @@ class TokenCounts:
         return ids, counts
 
 
-def apply_penalties(logits: torch.Tensor, params: SamplingParams, counts: TokenCounts) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, params: PenaltyParams, counts: TokenCounts) -> torch.Tensor:
     """(vocab,) logits, changed in place and returned: penalties over `counts`, then the bias."""
     if counts and (params.frequency_penalty or params.presence_penalty):
         ids, occurrences = counts.tensors(logits.device)

@@ -178,12 +178,12 @@ def _mark(present: bool) -> str:
 
 _PART_HELP = (
     "all, or a part (train, calibration, test) of one of kvgate's development sets, split as "
-    "semantic/pair_sets.py says"
+    "evaluation/pair_sets.py says"
 )
 
 
 def _check_part(file: Path, part: str) -> None:
-    from semantic import SPLITS_BY_FILE
+    from evaluation import SPLITS_BY_FILE
 
     if part == "all":
         return
@@ -211,7 +211,7 @@ def eval_pairs(
     Prints precision, recall, false-hit rate, ROC-AUC and what a plain cosine threshold does at the same
     precision and at the same recall; the last line is one JSON object with those keys.
     """
-    from semantic import cache_probe, run_eval_pairs_with_progress
+    from evaluation import cache_probe, run_eval_pairs_with_progress
 
     _check_part(file, part)
     settings = Settings()
@@ -249,8 +249,8 @@ def calibrate(
     """
     from rich.progress import MofNCompleteColumn
 
+    from evaluation import calibrate as fit_calibration
     from gateway.observability.feedback_log import FEEDBACK_FILE
-    from semantic import calibrate as fit_calibration
 
     settings = Settings()
     out = settings.data_dir / "calibration.json"

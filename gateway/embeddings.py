@@ -23,6 +23,7 @@ from gateway.api.errors import InvalidRequest, NotFound
 from gateway.api.ids import random_hex
 from gateway.api.objects import EmbeddingRequest
 from gateway.backends.upstream import UpstreamBackend
+from gateway.fleet.backend import FleetBackend
 from gateway.observability.stats import NO_LANGUAGE
 from gateway.service import CompletionService
 from semantic import CacheControl, Lookup, RequestScope, build_scope, language_of
@@ -57,7 +58,7 @@ class EmbeddingsService:
 
     async def answer(self, call: EmbeddingsCall) -> EmbeddingsAnswer:
         request, service = call.request, self.completions
-        upstream = service.backend if isinstance(service.backend, UpstreamBackend) else None
+        upstream = service.backend if isinstance(service.backend, UpstreamBackend | FleetBackend) else None
         if upstream is not None and not upstream.serves_model(request.model):
             raise NotFound(
                 f"The model '{request.model}' does not exist.", param="model", code="model_not_found"
@@ -136,7 +137,10 @@ class EmbeddingsService:
         return dataclasses.replace(scope, semantic_refusal="embeddings are compared exactly")
 
     async def _upstream(
-        self, upstream: UpstreamBackend, request: EmbeddingRequest, batch: list[str | list[int]]
+        self,
+        upstream: UpstreamBackend | FleetBackend,
+        request: EmbeddingRequest,
+        batch: list[str | list[int]],
     ) -> dict[str, Any]:
         body = request.model_dump(exclude_unset=True)
         body["input"] = batch

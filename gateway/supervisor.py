@@ -112,7 +112,7 @@ class Supervisor:
         base = ProcessPlan(
             "worker", self.run_dir, self.workers, store_url=store_url, host=self.host, port=self.port
         )
-        if self.settings.upstream_url is None:
+        if not self.settings.reverse_proxy:
             self.engine = Child("engine", "gateway.backends.engine_process", replace(base, kind="engine"))
             self._spawn(self.engine)
             self._wait_ready(self.engine, ENGINE_START_TIMEOUT_S, lambda: _engine_answers(base.engine_socket))

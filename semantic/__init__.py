@@ -13,12 +13,10 @@ if TYPE_CHECKING:
     from semantic.cache import CacheConfig, CacheControl, Lookup, LookupKind, SemanticCache
     from semantic.embedding.embedder import SentenceEmbedder
     from semantic.embedding.embedder_source import resolve_embedder
-    from semantic.evaluation import cache_probe, calibrate, run_eval_pairs_with_progress
+    from semantic.guards.language import language_of
     from semantic.language_routing import served_embedder
-    from semantic.pair_sets import SPLITS_BY_FILE
-    from semantic.rule.calibrated import load_rule
-    from semantic.rule.language import language_of
-    from semantic.rule.multilingual_rule import load_served_rule, multilingual_languages
+    from semantic.rule.language_routed_rule import multilingual_languages
+    from semantic.rule.loading import load_rule, load_served_rule
     from semantic.rule.verdict import HitRule
     from semantic.store.changes import RedisClient
     from semantic.store.entries import CacheEntry, RedisEntryStore
@@ -33,21 +31,17 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "semantic.store.changes": ("RedisClient",),
     "semantic.store.purge": ("PurgeSelector",),
     # the rule and the embedder the cache is built with
-    "semantic.rule.multilingual_rule": ("load_served_rule", "multilingual_languages"),
+    "semantic.rule.loading": ("load_served_rule", "load_rule"),
+    "semantic.rule.language_routed_rule": ("multilingual_languages",),
     "semantic.rule.verdict": ("HitRule",),
-    "semantic.rule.language": ("language_of",),
+    "semantic.guards.language": ("language_of",),
     "semantic.embedding.embedder": ("SentenceEmbedder",),
     "semantic.embedding.embedder_source": ("resolve_embedder",),
     "semantic.language_routing": ("served_embedder",),
-    # measurement: `kvgate eval-pairs`, `kvgate calibrate`, `kvgate models`
-    "semantic.evaluation": ("cache_probe", "calibrate", "run_eval_pairs_with_progress"),
-    "semantic.pair_sets": ("SPLITS_BY_FILE",),
-    "semantic.rule.calibrated": ("load_rule",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
-    "SPLITS_BY_FILE",
     "CacheConfig",
     "CacheControl",
     "CacheEntry",
@@ -61,14 +55,11 @@ __all__ = [
     "SemanticCache",
     "SentenceEmbedder",
     "build_scope",
-    "cache_probe",
-    "calibrate",
     "language_of",
     "load_rule",
     "load_served_rule",
     "multilingual_languages",
     "resolve_embedder",
-    "run_eval_pairs_with_progress",
     "served_embedder",
 ]
 

@@ -15,7 +15,7 @@ from collections.abc import Collection
 import numpy as np
 
 from semantic.embedding.embedder import Embedder, Vectors
-from semantic.rule.language import language_of
+from semantic.guards.language import language_of
 
 
 class LanguageRoutedEmbedder:
@@ -65,9 +65,10 @@ class LanguageRoutedEmbedder:
 
 
 def served_embedder(english: Embedder, languages: Collection[str], threads: int = 1) -> Embedder:
-    """`english` alone when no language goes to the multilingual models, else both behind the routing."""
+    """`english` alone when no language goes to the multilingual models, else both behind the routing (the
+    multilingual profile's embedder, `semantic/rule/profiles.py`)."""
     if not languages:
         return english
-    from semantic.embedding.multilingual_embedder import MultilingualEmbedder
+    from semantic.rule.profiles import MULTILINGUAL
 
-    return LanguageRoutedEmbedder(english, MultilingualEmbedder(threads), languages)
+    return LanguageRoutedEmbedder(english, MULTILINGUAL.embedder(threads), languages)

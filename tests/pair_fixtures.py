@@ -20,7 +20,7 @@ MULTILINGUAL_PAIRS = FIXTURE_DIR / "multilingual_pairs.jsonl"
 
 
 def as_development_set(fixture: Path, name: str, directory: Path) -> Path:
-    """A copy of `fixture` named as a development set (`semantic.pair_sets.SPLITS_BY_FILE`), so that
+    """A copy of `fixture` named as a development set (`evaluation.pair_sets.SPLITS_BY_FILE`), so that
     `file_part` and `--part` split it as they split that set."""
     directory.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copyfile(fixture, directory / name))

@@ -1,4 +1,4 @@
-"""The front doors of semantic/ and engine/: each name they export is the object its module defines, the
+"""The front doors of semantic/, engine/ and evaluation/: each name they export is the object its module defines, the
 lazy table, `__all__` and the typed imports agree, and opening a door loads no torch (a subprocess each)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from types import ModuleType
 import pytest
 
 import engine
+import evaluation
 import semantic
 
 ROOT = Path(__file__).resolve().parents[1]
-DOORS = [semantic, engine]
+DOORS = [semantic, engine, evaluation]
 HEAVY = ("torch", "transformers", "faiss")
 
 
@@ -57,6 +58,8 @@ def test_the_typed_imports_name_the_same_modules(door: ModuleType) -> None:
         "from semantic import RedisClient, resolve_embedder",
         "from engine import EngineClient, EngineStopped, Finished, ask_blocking, resolve_generator",
         "import gateway.backends.protocol",
+        "import evaluation",
+        "from evaluation import SPLITS_BY_FILE",
     ],
 )
 def test_opening_a_door_loads_no_torch(statement: str) -> None:

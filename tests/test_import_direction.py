@@ -1,9 +1,11 @@
-"""Imports flow one way: between the packages, and between the rooms of gateway/, semantic/ and engine/.
+"""Imports flow one way: between the packages, and between the rooms of gateway/, semantic/, engine/ and
+evaluation/.
 
 The order is written once, here, and explained in docs/architecture.md. Every import counts, also one inside a
 function or under `TYPE_CHECKING`: each is a dependency a reader has to follow. Another package enters
-semantic/ and engine/ by their front doors only (`from semantic import SemanticCache`, never `semantic.cache`):
-what their `__init__.py` exports is all that others may depend on.
+semantic/, engine/ and evaluation/ by their front doors only (`from semantic import SemanticCache`, never
+`semantic.cache`): what their `__init__.py` exports is all that others may depend on. Measurement is the one
+exception: evaluation/ reads the semantic cache's parts (the rule's fit, the guards), as training/ and bench/ do.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each package may import of the others. Tools (bench/, training/) and tests/ are never imported.
 MAY_IMPORT: dict[str, set[str]] = {
-    "gateway": {"semantic", "engine"},
+    "gateway": {"semantic", "engine", "evaluation"},
+    "evaluation": {"semantic"},
     "semantic": set(),
     "engine": {"prefix"},
     "prefix": set(),
 }
 NEVER_IMPORTED = {"bench", "training", "tests"}
 # Packages that others import as the package itself, whose `__init__.py` says what they export.
-FRONT_DOORS = {"semantic", "engine"}
+FRONT_DOORS = {"semantic", "engine", "evaluation"}
+# Packages that may import below another's front door: measurement reads what it measures.
+BEHIND_THE_DOOR = {"evaluation": {"semantic"}}
 
 # The rooms of a package, top first: a module may import its own level and the levels below it, never one
 # above. Rooms on one level may use each other. Every module of the package must stand in a room.
@@ -33,25 +38,35 @@ ROOMS: dict[str, list[set[str]]] = {
         {"gateway.apis"},  # one adapter per API, and the one pipeline every API route runs
         # one request's flow (the cache failing open); an embeddings request's; a reported hit's
         {"gateway.service", "gateway.fail_open", "gateway.embeddings", "gateway.answers", "gateway.feedback"},
-        {"gateway.backends", "gateway.traffic", "gateway.observability", "gateway.runtime"},
+        {"gateway.backends", "gateway.fleet", "gateway.traffic", "gateway.observability", "gateway.runtime"},
         {"gateway.api"},  # OpenAI's objects, errors, ids: what every room speaks
     ],
     "semantic": [
         {
             "semantic.cache",
-            "semantic.evaluation",
-            "semantic.pair_sets",
-            "semantic.scope_lookups",
             "semantic.language_routing",
-            "semantic.reported_pairs",
-        },  # the cache's flow, its measurement
-        {"semantic.rule", "semantic.index"},
+        },  # the cache's flow; each prompt to its profile's embedder
+        {"semantic.rule", "semantic.index"},  # the rule (one per language profile); the FAISS indexes
+        {"semantic.guards", "semantic.verifier"},  # checks before the verifier; the verifier and its networks
         {"semantic.store", "semantic.embedding"},
+    ],
+    "evaluation": [
+        {"evaluation.eval_pairs", "evaluation.calibrate_pairs"},  # `kvgate eval-pairs`, `kvgate calibrate`
+        {  # the per-pair cache step, the figures, reported hits, populated-scope lookups
+            "evaluation.probes",
+            "evaluation.scoring",
+            "evaluation.reported_pairs",
+            "evaluation.scope_lookups",
+        },
+        {"evaluation.pair_sets"},  # labelled pairs files and the development sets' parts
     ],
     "engine": [
         {"engine.serving"},  # the step loop served: on a thread of this process, or as the engine process
         {  # the step loop and what it drives
             "engine.engine",
+            "engine.engine_config",
+            "engine.request_output",
+            "engine.burst",
             "engine.scheduler",
             "engine.sequence",
             "engine.runner",
@@ -127,7 +142,12 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{where}: {other}/ is never imported by a package")
             elif other in MAY_IMPORT and other != package and other not in MAY_IMPORT[package]:
                 found.append(f"{where}: {package}/ may import only {sorted(MAY_IMPORT[package]) or 'itself'}")
-            elif other in FRONT_DOORS and other != package and name != other:
+            elif (
+                other in FRONT_DOORS
+                and other != package
+                and name != other
+                and other not in BEHIND_THE_DOOR.get(package, set())
+            ):
                 found.append(
                     f"{where}: {package}/ may import {other}/ only through its front door, `{other}`"
                 )
@@ -173,6 +193,10 @@ def test_an_import_the_wrong_way_is_caught(tmp_path: Path) -> None:
         "semantic/store/entries.py": "import gateway.service\nfrom ..rule import verdict\n",
         "semantic/rule/__init__.py": "",
         "semantic/rule/verdict.py": "from tests.semantic import builders\n",
+        "semantic/cache.py": "from evaluation import cache_probe\n",
+        "evaluation/__init__.py": "",
+        "evaluation/probes.py": "from semantic.cache import SemanticCache\nimport gateway.cli\n",
+        "gateway/cli.py": "from evaluation.probes import cache_probe\nfrom evaluation import calibrate\n",
         "engine/__init__.py": "",
         "engine/model.py": "from semantic.cache import SemanticCache\n",
         "prefix/__init__.py": "",
@@ -197,7 +221,7 @@ def test_an_import_the_wrong_way_is_caught(tmp_path: Path) -> None:
     )
     assert "gateway/backends/engine.py:2" not in found
     assert (
-        "gateway/backends/engine.py:3 imports prefix.hashing: gateway/ may import only ['engine', 'semantic']"
+        "gateway/backends/engine.py:3 imports prefix.hashing: gateway/ may import only ['engine', 'evaluation', 'semantic']"
         in found
     )
     assert "semantic/store/entries.py:1 imports gateway.service: semantic/ may import only itself" in found
@@ -205,3 +229,11 @@ def test_an_import_the_wrong_way_is_caught(tmp_path: Path) -> None:
     assert "semantic/rule/verdict.py:1 imports tests.semantic: tests/ is never imported" in found
     assert "engine/model.py:1 imports semantic.cache: engine/ may import only ['prefix']" in found
     assert "prefix/hashing.py:1 imports engine.model: prefix/ may import only itself" in found
+    assert "semantic/cache.py:1 imports evaluation: semantic/ may import only itself" in found
+    assert "evaluation/probes.py:1" not in found  # measurement reads inside semantic/
+    assert "evaluation/probes.py:2 imports gateway.cli: evaluation/ may import only ['semantic']" in found
+    assert (
+        "gateway/cli.py:1 imports evaluation.probes: gateway/ may import evaluation/ only through its front"
+        in found
+    )
+    assert "gateway/cli.py:2" not in found

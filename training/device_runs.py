@@ -1,6 +1,6 @@
 """Recipes run side by side on one lent GPU: a process per recipe, then the best checkpoints cut into pieces
-that come back from the machine. Shared by `train_on_device.py` (English) and
-`train_multilingual_on_device.py`; each recipe process writes `<work>/<recipe>.log`,
+that come back from the machine. Used by `train_on_device.py`, for
+either language profile; each recipe process writes `<work>/<recipe>.log`,
 `<work>/<recipe>.metrics.jsonl` (one row per evaluation: recipe, step, score, ...) and keeps its best
 weights in `<work>/<recipe>.best.safetensors`.
 """

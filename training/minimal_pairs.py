@@ -22,9 +22,9 @@ import random
 import re
 from collections.abc import Callable, Sequence
 
-from semantic.pair_sets import LabelledPair
-from semantic.rule.edit_guards import OPPOSITES
-from semantic.rule.word_tables import ABBREVIATIONS
+from evaluation.pair_sets import LabelledPair
+from semantic.guards.edit_guards import OPPOSITES
+from semantic.guards.word_tables import ABBREVIATIONS
 
 Maker = Callable[[str, random.Random], str | None]
 

@@ -1,11 +1,11 @@
 """What the multilingual verifier learns from: the train part of `multilingual_dev.jsonl` and pairs made
 from its texts, in zh, ja, es, de, fr and ru, beside a share of the English verifier's own stages.
 
-Nothing here reads a calibration or test text (`semantic/pair_sets.py` splits by text group).
+Nothing here reads a calibration or test text (`evaluation/pair_sets.py` splits by text group).
 
 - the train part's pairs (hand-written to the rubric: rewordings, and minimal edits and related questions);
 - what a lookup meets: every train `a` of a language stored in one scope, every new `b` against its 4
-  nearest by multilingual-e5-small's cosine (`semantic/scope_lookups.py`), labelled by the part's
+  nearest by multilingual-e5-small's cosine (`evaluation/scope_lookups.py`), labelled by the part's
   paraphrase groups: mostly another question of the same topic, the hard negative a cache meets;
 - the same-language pairs that positive pairs imply (a ~ b, b ~ c: a ~ c), and two unrelated questions of
   one language (label 0: different questions must never hit each other);
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs, text_groups
-from semantic.scope_lookups import populated_scope, scope_lookups
+from evaluation.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs, text_groups
+from evaluation.scope_lookups import populated_scope, scope_lookups
 
 LANGUAGES = ("zh", "ja", "es", "de", "fr", "ru")
 # Pairs written for training only (2026-12-05), in subjects neither `multilingual_dev.jsonl` nor
@@ -112,7 +112,7 @@ def multilingual_training_pairs(data_dir: Path, seed: int) -> list[LabelledPair]
 
 
 def written_pairs(path: Path = WRITTEN_FILE) -> list[LabelledPair]:
-    """The pairs of `WRITTEN_FILE` (read as every pairs file is: `semantic.pair_sets.load_pairs`)."""
+    """The pairs of `WRITTEN_FILE` (read as every pairs file is: `evaluation.pair_sets.load_pairs`)."""
     return load_pairs(path)
 
 

@@ -39,8 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from semantic.embedding.embedder_source import packaged_model_dir
-from semantic.pair_sets import (
+from evaluation.pair_sets import (
     ADVERSARIAL_FILE,
     CHATBOT_FILE,
     MRPC_FILE,
@@ -52,14 +51,15 @@ from semantic.pair_sets import (
     load_pairs,
     text_groups,
 )
-from semantic.rule.pair_classifier import (
-    FROZEN_PREFIX,
+from semantic.embedding.embedder_source import packaged_model_dir
+from semantic.rule.profiles import VERIFIER_WEIGHTS as WEIGHTS_FILE
+from semantic.verifier.minilm import (
     load_base_classifier,
     load_tokenizer,
     load_trained_weights,
     save_trained_weights,
 )
-from semantic.rule.verifier import WEIGHTS_FILE
+from semantic.verifier.pair_classifier import FROZEN_PREFIX
 from training.minimal_pairs import minimal_pairs, task_pairs
 from training.training_loop import Example, Schedule, fine_tune
 
@@ -266,9 +266,9 @@ def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:
     """What a lookup meets (`semantic/scope_lookups.py`): every `a` of a train part stored in one scope, each
     new `b` against its k nearest, labelled by the part's paraphrase groups. Mostly hard negatives: the
     nearest stored prompt of another question, often ranked above the stored wording of the same one."""
+    from evaluation.scope_lookups import populated_scope, scope_lookups
     from semantic.embedding.embedder import SentenceEmbedder
     from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
-    from semantic.scope_lookups import populated_scope, scope_lookups
 
     embedder = SentenceEmbedder(resolve_embedder(DEFAULT_EMBEDDER_NAME))
     scope = populated_scope(pairs)

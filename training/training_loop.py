@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from semantic.rule.pair_classifier import PairClassifier, encode_pairs
+from semantic.verifier.minilm import encode_pairs
+from semantic.verifier.pair_classifier import PairClassifier
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from engine.engine import EngineConfig, LLMEngine, build_engine
+from engine.engine import LLMEngine, build_engine
+from engine.engine_config import EngineConfig
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.weights.loader import ensure_hf_folder, load_model

@@ -5,7 +5,7 @@
 A guard vetoes a pair; it never makes a hit. On a label-0 pair a veto is a wrong hit prevented (saved); on a
 label-1 pair it is a true paraphrase refused (cost). Per guard: on `adversarial_dev.jsonl`, vetoes by `kind`;
 on the reviewed Quora pairs and MRPC, vetoes among positives and among negatives. The rule's default guards
-(`semantic/rule/calibrated.py`) are the ones whose cost on real paraphrases stays small against what they save.
+(`semantic/rule/calibration_fit.py`) are the ones whose cost on real paraphrases stays small against what they save.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from semantic.pair_sets import LabelledPair, load_pairs
-from semantic.rule.calibrated import DEFAULT_GUARDS
-from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard, first_veto
-from semantic.rule.near_duplicate import near_duplicate_reason
+from evaluation.pair_sets import LabelledPair, load_pairs
+from semantic.guards.near_duplicate import near_duplicate_reason
+from semantic.guards.registry import ALL_GUARDS, GUARDS_BY_NAME, Guard, first_veto
+from semantic.rule.calibration_fit import DEFAULT_GUARDS
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 SETS = ("qqp_dev_reviewed_6k.jsonl", "mrpc_train.jsonl", "qqp_dev.jsonl")

@@ -1,4 +1,4 @@
-"""The language gate (`semantic/rule/language.py`): which prompts the English calibration may judge, per set.
+"""The language gate (`semantic/guards/language.py`): which prompts the English calibration may judge, per set.
 
     .venv/bin/python bench/semantic/bench_language.py
 
@@ -19,9 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from semantic.pair_sets import load_pairs
-from semantic.rule.calibrated import SHIPPED_CALIBRATION, Calibration
-from semantic.rule.language import language_of, pair_refusal, warm
+from evaluation.pair_sets import load_pairs
+from semantic.guards.language import language_of, pair_refusal, warm
+from semantic.rule.calibration import Calibration
+from semantic.rule.profiles import SHIPPED_CALIBRATION
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 ENGLISH_SETS = ("adversarial_dev.jsonl", "qqp_dev_reviewed_6k.jsonl", "chatbot_dev.jsonl", "mrpc_train.jsonl")

@@ -9,7 +9,7 @@ the default target. Lookups are pairs of the development sets' test parts with c
 rule's gate, so each is a lookup that found a candidate; the verifier runs where the rule needs it.
 Prints p50 / p90 per rule and the ratio, and how often each rule's verifier ran. The working tree runs as
 the gateway serves it: the language-routed embedder and rule (`semantic/language_routing.py`,
-`semantic/rule/multilingual_rule.py`); these English lookups stay with the English models.
+the multilingual profile, `semantic/rule/profiles.py`); these English lookups stay with the English models.
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from evaluation.pair_sets import ADVERSARIAL_FILE, REVIEWED_FILE, LabelledPair, file_part
+from evaluation.probes import default_embedder
 from semantic.embedding.embedder import Embedder
-from semantic.evaluation import default_embedder
 from semantic.language_routing import served_embedder
-from semantic.pair_sets import ADVERSARIAL_FILE, REVIEWED_FILE, LabelledPair, file_part
-from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, Calibration
-from semantic.rule.multilingual_rule import LanguageRoutedRule, load_served_rule, multilingual_languages
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, Calibration
+from semantic.rule.language_routed_rule import LanguageRoutedRule, multilingual_languages
+from semantic.rule.loading import load_served_rule
+from semantic.rule.profiles import ENGLISH
 from semantic.rule.verdict import HitRule
-from semantic.rule.verifier import PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +49,7 @@ def rule_at(revision: str, workdir: Path) -> CalibratedRule:
                        (calibration, "semantic/rule/calibration.json")):  # fmt: skip
         path.write_bytes(subprocess.run(["git", "show", f"{revision}:{name}"], cwd=REPO, check=True,
                                         capture_output=True).stdout)  # fmt: skip
-    return CalibratedRule(PairVerifier(weights=weights), Calibration.load(calibration))
+    return CalibratedRule(ENGLISH.verifier(weights), Calibration.load(calibration))
 
 
 def english_calibration(rule: HitRule) -> Calibration:

@@ -31,17 +31,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs
-from semantic.rule.calibrated import DEFAULT_SET_BOUNDS, DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
-from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule
-from semantic.rule.multilingual_verifier import (
-    CALIBRATION_FILE,
-    WEIGHTS_FILE,
-    MultilingualVerifier,
-    fit_shared_threshold,
-)
-from semantic.scope_lookups import every_prompt_served, populated_scope, scope_lookups
+from evaluation.pair_sets import MULTILINGUAL_FILE, LabelledPair, file_part, load_pairs
+from evaluation.scope_lookups import every_prompt_served, populated_scope, scope_lookups
+from semantic.embedding.e5_embedder import E5Embedder
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
+from semantic.rule.calibration_fit import DEFAULT_SET_BOUNDS
+from semantic.rule.language_thresholds import LanguageThresholds, fit_shared_threshold
+from semantic.rule.profiles import MULTILINGUAL
+from semantic.rule.profiles import MULTILINGUAL_CALIBRATION as CALIBRATION_FILE
+from semantic.rule.profiles import MULTILINGUAL_WEIGHTS as WEIGHTS_FILE
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 NEW_SUBJECTS = Path(__file__).resolve().parent / "data" / "multilingual_new_subjects.jsonl"
@@ -76,7 +75,7 @@ class Rows:
     kinds: list[str]
 
 
-def part_rows(part: list[LabelledPair], embedder: MultilingualEmbedder) -> Rows:
+def part_rows(part: list[LabelledPair], embedder: E5Embedder) -> Rows:
     rows = Rows([], [], [], [], [], [])
     stored, looked_up = embedder.embed([p.a for p in part]), embedder.embed([p.b for p in part])
     for pair, cosine in zip(part, (stored * looked_up).sum(axis=1).tolist(), strict=True):
@@ -109,7 +108,7 @@ def part_rows(part: list[LabelledPair], embedder: MultilingualEmbedder) -> Rows:
     return rows
 
 
-def scores_of(rule: MultilingualRule, rows: Rows) -> np.ndarray:
+def scores_of(rule: CalibratedRule, rows: Rows) -> np.ndarray:
     """The rule's score per row with every threshold at 0: the verifier's probability, 1.0 for the same
     words, 0 for a pair the cheap checks refuse."""
     verdicts = rule.judge_many(rows.pairs, rows.cosines)
@@ -121,7 +120,7 @@ def scores_of(rule: MultilingualRule, rows: Rows) -> np.ndarray:
     )
 
 
-def cached_scores(name: str, rows: Rows, rule: MultilingualRule, sha: str) -> np.ndarray:
+def cached_scores(name: str, rows: Rows, rule: CalibratedRule, sha: str) -> np.ndarray:
     """`scores_of`, cached under bench/out/ per part, weights and rows (scoring takes minutes on 2 cores)."""
     digest = hashlib.sha256(json.dumps([rows.pairs, rows.cosines]).encode()).hexdigest()[:12]
     path = CACHE_DIR / f"multilingual-{name}-{sha[:12]}-{digest}.npy"
@@ -135,7 +134,7 @@ def cached_scores(name: str, rows: Rows, rule: MultilingualRule, sha: str) -> np
 
 
 def different_questions(
-    part: list[LabelledPair], embedder: MultilingualEmbedder, rule: MultilingualRule
+    part: list[LabelledPair], embedder: E5Embedder, rule: CalibratedRule
 ) -> dict[str, tuple[int, list[tuple[str, str]]]]:
     """Per language: the lookups, and the hits serving a prompt of another paraphrase group (query,
     candidate), every prompt of the part looked up among all the others of its language."""
@@ -162,10 +161,13 @@ def main() -> None:
         help="fit on CALIBRATION_FILES too (measured, not shipped: docs/benchmarks.md, sixth round)",
     )
     args = parser.parse_args()
-    embedder = MultilingualEmbedder()
-    verifier = MultilingualVerifier(args.weights, threads=2)
-    open_rule = MultilingualRule(
-        verifier, LanguageThresholds({code: {1.0: 0.0} for code in LANGUAGES}, "", {}), 1.0
+    embedder = E5Embedder()
+    verifier = MULTILINGUAL.verifier(args.weights, threads=2)
+    open_rule = CalibratedRule(
+        verifier,
+        LanguageThresholds({code: {1.0: 0.0} for code in LANGUAGES}, "", {}),
+        1.0,
+        profile=MULTILINGUAL,
     )
     started = time.perf_counter()
     parts = {name: file_part(args.data_dir / MULTILINGUAL_FILE, name) for name in ("calibration", "test")}
@@ -194,7 +196,7 @@ def main() -> None:
     thresholds = LanguageThresholds(fitted, sha, counts)
     if args.write_calibration:
         print(f"wrote {thresholds.save(CALIBRATION_FILE)}")
-    rule = MultilingualRule(verifier, thresholds, args.target)
+    rule = CalibratedRule(verifier, thresholds, args.target, profile=MULTILINGUAL)
     print(f"target {args.target}: languages served {', '.join(rule.languages) or 'none'}")
 
     test = rows["test"]
@@ -255,7 +257,7 @@ def print_different_questions(found: dict[str, tuple[int, list[tuple[str, str]]]
             print(f"      {query}  ->  {candidate}")
 
 
-def new_subjects(pairs: list[LabelledPair], embedder: MultilingualEmbedder, rule: MultilingualRule) -> None:
+def new_subjects(pairs: list[LabelledPair], embedder: E5Embedder, rule: CalibratedRule) -> None:
     """The rule on pairs written in subjects the development set has not (bench/semantic/data/README.md)."""
     stored, asked = embedder.embed([pair.a for pair in pairs]), embedder.embed([pair.b for pair in pairs])
     verdicts = rule.judge_many([(pair.b, pair.a) for pair in pairs], (stored * asked).sum(axis=1).tolist())

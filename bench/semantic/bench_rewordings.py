@@ -7,7 +7,7 @@ Runs the real cache (Redis store, FAISS index, embedder batching) with the serve
 target, once per `--judged` value (`CacheConfig.judged`: how many of the nearest stored prompts the rule
 judges), side by side in one run. The stored answer of each entry is its prompt, so a hit shows what it
 served. A served prompt is right when positive pairs of the file join it to the wording looked up
-(`semantic/scope_lookups.py`); any other hit serves a non-paraphrase (unlabelled pairs count as wrong).
+(`evaluation/scope_lookups.py`); any other hit serves a non-paraphrase (unlabelled pairs count as wrong).
 
 Prints, per k: of the new wordings whose paraphrase is stored, the share served a paraphrase; of all hits,
 the share serving a non-paraphrase; per kind of the pair the wording came from; p50 lookup time.
@@ -30,12 +30,14 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from evaluation.pair_sets import CHATBOT_FILE, file_part
+from evaluation.probes import default_embedder
+from evaluation.scope_lookups import PopulatedScope, populated_scope
 from semantic.cache import CacheConfig, Lookup, LookupKind, SemanticCache
 from semantic.embedding.embedder import SentenceEmbedder
-from semantic.evaluation import default_embedder
-from semantic.pair_sets import CHATBOT_FILE, file_part
-from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, CalibratedRule, load_rule
-from semantic.scope_lookups import PopulatedScope, populated_scope
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE
+from semantic.rule.loading import load_rule
 from semantic.store.entries import RedisEntryStore
 from semantic.store.scope import RequestScope, build_scope
 

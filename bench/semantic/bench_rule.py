@@ -3,7 +3,7 @@
     .venv/bin/python bench/semantic/bench_rule.py                       # report only
     .venv/bin/python bench/semantic/bench_rule.py --write-calibration   # also refit semantic/rule/calibration.json
 
-Splits are those of `semantic.pair_sets`: the calibration is fitted on the `calibration` parts of the
+Splits are those of `evaluation.pair_sets`: the calibration is fitted on the `calibration` parts of the
 reviewed Quora sample and the adversarial pairs together; every figure is reported on their `test` parts
 and on mrpc `test`, none of which the verifier trained on. Prints, per split: what each guard, the
 verifier and their combination reach at 95% precision; then the calibrated rule at each target next to a
@@ -25,14 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from semantic.evaluation import (
-    PairOutcome,
-    default_embedder,
-    recall_at_precision,
-    roc_auc,
-    score_outcomes,
-)
-from semantic.pair_sets import (
+from evaluation.pair_sets import (
     CALIBRATION_SETS,
     DEV_SPLIT,
     LOOKUP_CALIBRATION_SETS,
@@ -40,22 +33,23 @@ from semantic.pair_sets import (
     LabelledPair,
     file_part,
 )
-from semantic.rule.calibrated import (
+from evaluation.probes import PairOutcome, default_embedder
+from evaluation.scope_lookups import populated_scope, scope_lookups
+from evaluation.scoring import recall_at_precision, roc_auc, score_outcomes
+from semantic.guards.near_duplicate import near_duplicate_reason
+from semantic.guards.registry import ALL_GUARDS, GUARDS_BY_NAME, Guard
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, Calibration, file_sha256
+from semantic.rule.calibration_fit import (
     DEFAULT_GUARDS,
     DEFAULT_SET_BOUNDS,
-    DEFAULT_TARGET_FALSE_HIT_RATE,
-    SHIPPED_CALIBRATION,
-    CalibratedRule,
-    Calibration,
-    file_sha256,
     fit_calibration,
     set_false_hit_rates,
 )
-from semantic.rule.guards import ALL_GUARDS, GUARDS_BY_NAME, Guard
-from semantic.rule.near_duplicate import near_duplicate_reason
+from semantic.rule.profiles import ENGLISH, SHIPPED_CALIBRATION
+from semantic.rule.profiles import VERIFIER_WEIGHTS as WEIGHTS_FILE
 from semantic.rule.verdict import Verdict
-from semantic.rule.verifier import WEIGHTS_FILE, PairVerifier
-from semantic.scope_lookups import populated_scope, scope_lookups
+from semantic.verifier.pair_verifier import PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
@@ -129,7 +123,7 @@ def main() -> None:
         raise SystemExit(f"unknown guards {sorted(unknown)}")
     torch.set_num_threads(args.threads)
 
-    verifier = PairVerifier(weights=args.weights)
+    verifier = ENGLISH.verifier(args.weights)
     sha = file_sha256(args.weights)
     splits = {
         f"{name}/{part}": file_part(args.data_dir / file, part)
@@ -250,7 +244,7 @@ def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier
 def cached_lookup_features(
     name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str
 ) -> tuple[Features, npt.NDArray[np.int_]]:
-    """The candidates of every lookup in the populated scope of `pairs` (`semantic/scope_lookups.py`), as
+    """The candidates of every lookup in the populated scope of `pairs` (`evaluation/scope_lookups.py`), as
     (candidate, query) pairs labelled by paraphrase groups, and each row's lookup id."""
     scope = populated_scope(pairs)
     embedder = default_embedder()

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from semantic.pair_sets import (  # noqa: E402
+from evaluation.pair_sets import (  # noqa: E402
     ADVERSARIAL_FILE,
     CHATBOT_FILE,
     MULTILINGUAL_FILE,

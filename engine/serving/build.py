@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import overload
 
-from engine.engine import EngineConfig
+from engine.engine_config import EngineConfig
 from engine.model.native_decode import DecodeKernel
 from engine.scheduler import SchedulerConfig
 from engine.serving.client import AsyncEngineClient

@@ -25,8 +25,10 @@ from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine, RequestOutput, build_engine
+from engine.engine import LLMEngine, build_engine
+from engine.engine_config import ContextLengthExceeded, EngineConfig
 from engine.metrics import EngineStats
+from engine.request_output import RequestOutput
 from engine.sampler import SamplingParams
 from engine.sequence import FinishReason
 from engine.serving.events import EngineError, EngineEvent, EngineStopped, Finished, TextDelta

@@ -20,7 +20,7 @@ from collections.abc import Sequence as SequenceOf
 from pathlib import Path
 from typing import Any
 
-from engine.engine import ContextLengthExceeded
+from engine.engine_config import ContextLengthExceeded
 from engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineStats, Histogram
 from engine.sampler import SamplingParams
 from engine.serving.client import encode_chat, encode_prompt

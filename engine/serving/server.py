@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from engine.engine import ContextLengthExceeded
+from engine.engine_config import ContextLengthExceeded
 from engine.serving.client import AsyncEngineClient
 from engine.serving.events import EngineStopped, Finished
 from engine.serving.ipc import (

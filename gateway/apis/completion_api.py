@@ -25,6 +25,7 @@ from gateway.traffic.ratelimit import RateLimiter
 from semantic import CacheControl
 
 Body = TypeVar("Body", bound=BaseModel)
+BACKEND_HEADER = "x-kvgate-backend"
 
 
 class CompletionApi(ABC, Generic[Body]):
@@ -83,6 +84,8 @@ class CompletionApi(ABC, Generic[Body]):
         answer = await service.answer(call)
         headers = self.cache_headers(answer)
         response = await self.respond(request, answer, headers)
+        if isinstance(answer, LiveAnswer) and answer.flight.answered_by is not None:
+            response.headers[BACKEND_HEADER] = answer.flight.answered_by  # known once the answer began
         reply = Reply(
             response, headers["x-kvgate-cache"], answer.lookup.similarity if answer.lookup else None
         )

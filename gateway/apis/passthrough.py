@@ -23,6 +23,7 @@ from starlette.responses import Response
 from gateway.api.errors import KvgateError, MethodNotAllowed, NotFound, validation_error_body
 from gateway.apis.exchange import Exchange, Reply
 from gateway.backends.upstream import UpstreamBackend
+from gateway.fleet.backend import FleetBackend
 from gateway.observability.stats import NO_LANGUAGE
 from gateway.service import CompletionService
 from gateway.traffic.ratelimit import RateLimiter
@@ -70,7 +71,7 @@ class PassthroughApi:
         if request.path.strip("/") in OWN_PATHS:
             raise MethodNotAllowed(f"Method {request.method} is not allowed on /v1/{request.path}.")
         upstream = state.service.backend
-        if not isinstance(upstream, UpstreamBackend) or not listed(
+        if not isinstance(upstream, UpstreamBackend | FleetBackend) or not listed(
             request.path, state.settings.passthrough_paths
         ):
             raise NotFound(f"Unknown path /v1/{request.path}.", code="unknown_url")
@@ -85,7 +86,7 @@ class PassthroughApi:
         """Pass the request to the upstream as sent, and its answer back as sent."""
         http, request = exchange.http, exchange.request
         service: CompletionService = exchange.state.service
-        upstream: UpstreamBackend = service.backend  # type: ignore[assignment]  # `check` made sure
+        upstream: UpstreamBackend | FleetBackend = service.backend  # type: ignore[assignment]  # `check` made sure
         headers = {name: value for name in FORWARDED_HEADERS if (value := http.headers.get(name)) is not None}
         answer = await upstream.forward(request.method, request.path, http.url.query, headers, http.stream())
         service.stats.record(exchange.tenant, "", "bypass", 0, 0.0, route="passthrough")

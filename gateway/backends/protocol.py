@@ -68,7 +68,15 @@ class Whole:
     payload: dict[str, Any]
 
 
-GenerationEvent = TextDelta | Chunk | Whole | Finished
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Which backend of a pool answers: a fleet's first event (gateway/fleet/), kept by the flight for the
+    response's `x-kvgate-backend` and passed to no client."""
+
+    backend: str
+
+
+GenerationEvent = TextDelta | Chunk | Whole | Finished | Routed
 
 
 class Backend(Protocol):

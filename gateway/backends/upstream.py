@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -98,13 +99,20 @@ class UpstreamBackend:
                     self._count(failed=response.status_code >= 500)
                     raise _upstream_error(response)
                 if request.stream:
-                    async for data in _sse_data(response):
+                    ended = _Ended()
+                    async for data in _sse_data(response, ended):
                         chunk = json.loads(data)
                         if "error" in chunk:
                             raise _error_from_body(chunk, 502)
                         usage = _stream_usage(chunk, usage)
                         finish_reason = _finish_reason(chunk) or finish_reason
                         yield Chunk(chunk)
+                    if request.path is None and not ended.done and finish_reason is None:
+                        # The connection closed mid-answer (a body delimited by the close, cut): an error,
+                        # never a truncated "success".
+                        raise UpstreamFailed(
+                            "The upstream server's stream ended before its answer did.", status_code=502
+                        )
                 else:
                     whole = json.loads(await response.aread())
                     if not isinstance(whole, dict):
@@ -266,12 +274,20 @@ class _WatchedBody:
             yield part
 
 
-async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+@dataclass(slots=True)
+class _Ended:
+    """Whether a chat or completions stream ended with its `[DONE]`."""
+
+    done: bool = False
+
+
+async def _sse_data(response: httpx.Response, ended: _Ended) -> AsyncIterator[str]:
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
         data = line[len("data:") :].strip()
         if data == "[DONE]":
+            ended.done = True
             return
         if data:
             yield data

@@ -22,6 +22,9 @@ from gateway.backends.upstream import UpstreamBackend
 from gateway.embeddings import EmbeddingsService
 from gateway.fail_open import FailOpenCache
 from gateway.feedback import FeedbackService
+from gateway.fleet.backend import FleetBackend
+from gateway.fleet.config import fleet_config
+from gateway.fleet.fleet import FleetOptions
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
 from gateway.http.routes import admin, health, openai
@@ -227,7 +230,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(admin.router)
     app.router.routes[0:0] = api_routes()  # matched before the routers (gateway/apis/pipeline.py)
-    if settings.upstream_url:
+    if settings.reverse_proxy:
         app.router.routes.append(passthrough_route())  # last: only what no other route takes
     return app
 
@@ -255,6 +258,9 @@ def default_backend(
     upstream_breaker: CircuitBreaker | None = None,
     engine_socket: Path | None = None,
 ) -> Backend:
+    fleet = fleet_config(settings)  # several upstreams, a `dns+` name or the upstreams file (gateway/fleet/)
+    if fleet is not None:
+        return FleetBackend(fleet, FleetOptions.from_settings(settings))
     if settings.upstream_url is not None:
         models = [name.strip() for name in settings.upstream_models.split(",") if name.strip()]
         api_key = settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None

@@ -1,5 +1,5 @@
 """Reported hits as labelled pairs: one JSON line each in `<data dir>/feedback.jsonl`, what `kvgate calibrate`
-reads beside its pairs files (`semantic/pair_sets.py` reads the `a`, `b`, `label` and `kind` of each line).
+reads beside its pairs files (`evaluation/pair_sets.py` reads the `a`, `b`, `label` and `kind` of each line).
 
     {"a": stored prompt, "b": the prompt it was served for, "label": 0 wrong | 1 right, "kind": "feedback",
      "tenant": ..., "request_id": ..., "entry_id": ..., "ts": epoch seconds}

@@ -5,7 +5,8 @@
     print_report(stats)      ->  rich tables: hit rates by layer (overall, per tenant, per model; since
                                  start and last hour), tokens and time saved, top scopes, similarity
                                  around the threshold, the engine's prefix-cache token hit rate, the
-                                 hits reported wrong or right (`/admin/feedback`), when there are any
+                                 hits reported wrong or right (`/admin/feedback`), when there are any,
+                                 and each backend of a fleet (state, load, errors, reused tokens)
 
 The HTML page is `gateway/observability/report_html.py`; both share the number formatting below. Knows the stats
 JSON and HTTP, nothing about how the gateway computes them.
@@ -70,6 +71,8 @@ def print_report(stats: dict[str, Any], console: Console, source: str, tenant: s
     console.print(prefix_cache_line(stats.get("prefix_cache")))
     if stats.get("shadow", {}).get("enabled"):
         console.print(shadow_line(stats["shadow"]))
+    if stats.get("backends"):
+        console.print(backends_table(stats["backends"]))
 
 
 def tally_table(section: dict[str, Any], title: str) -> Table:
@@ -176,6 +179,36 @@ def shadow_line(shadow: dict[str, Any]) -> str:
         f"{count(shadow['compared'])} compared with the fresh answer, "
         f"{count(shadow['identical_answers'])} identical; {closeness}"
     )
+
+
+def backends_table(fleet: dict[str, Any]) -> Table:
+    """Misses by backend when a fleet answers them: state, load, errors, and the prompt tokens each reused."""
+    table = Table(title=f"Backends ({fleet['source']})", title_justify="left")
+    for column in ("pool", "backend", "state"):
+        table.add_column(column)
+    for column in ("requests", "errors", "failovers", "ejections", "in flight", "mean", "reused"):
+        table.add_column(column, justify="right")
+    for pool in fleet["pools"]:
+        for backend in pool["backends"]:
+            role = " (shadow)" if backend.get("shadow") else " (canary)" if backend.get("canary") else ""
+            cached, prompt = backend.get("cached_tokens"), backend.get("prompt_tokens") or 0
+            reused = (
+                f"{percent(cached / prompt)} of {count(prompt)}" if cached is not None and prompt else "-"
+            )
+            mean = backend.get("mean_seconds")
+            table.add_row(
+                f"{pool['name']} ({pool['routing']})",
+                backend["name"] + role,
+                backend["state"],
+                str(backend["requests"]),
+                str(backend["errors"]),
+                str(backend["failovers"]),
+                str(backend["ejections"]),
+                str(backend["in_flight"]),
+                f"{1000 * mean:.0f} ms" if mean is not None else "-",
+                reused,
+            )
+    return table
 
 
 def near_misses(similarity: dict[str, Any], threshold: float, width: float = 0.05) -> int:

@@ -18,7 +18,7 @@ from gateway.observability.report_stats import ScopeHits
 RESULTS = ("exact_hit", "semantic_hit", "miss", "bypass")
 VERDICTS = ("wrong", "right")
 # The language of a request whose text was not read (a pass-through route): ISO 639-2's "no linguistic
-# content", the code `semantic.rule.language` gives a prompt without letters.
+# content", the code `semantic.guards.language` gives a prompt without letters.
 NO_LANGUAGE = "zxx"
 # tenant, model, route, language
 Key = tuple[str, str, str, str]

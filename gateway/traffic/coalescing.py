@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from gateway.backends.protocol import Backend, Finished, GenerationEvent, GenerationRequest
+from gateway.backends.protocol import Backend, Finished, GenerationEvent, GenerationRequest, Routed
 
 logger = logging.getLogger("kvgate.flight")
 
@@ -38,6 +38,8 @@ class Flight:
         self.started = time.monotonic()
         self.duration_s = 0.0
         self.first_token_s: float | None = None
+        self.answered_by: str | None = None
+        """The pool member that answers (a fleet says so in its first event; None for one backend)."""
         self._before_finish = before_finish
         self._on_done = on_done
         self._changed = asyncio.Condition()
@@ -81,6 +83,9 @@ class Flight:
     async def _run(self) -> None:
         try:
             async for event in self.backend.generate(self.request):
+                if isinstance(event, Routed):  # for the response's header, never for a client
+                    self.answered_by = event.backend
+                    continue
                 if self.first_token_s is None:
                     self.first_token_s = time.monotonic() - self.started
                 if isinstance(event, Finished):

@@ -1,1 +1,1 @@
-"""The decision rule: may a stored answer serve this prompt (guards, near-duplicates, verifier, calibration)."""
+"""The decision rule, one for every language profile: may a stored answer serve this prompt (calibration, thresholds)."""

@@ -1,6 +1,6 @@
 """The plainest `HitRule`: a hit when the cosine similarity reaches a threshold.
 
-The baseline the calibrated rule in `semantic/rule/calibrated.py` is measured against, and the rule the cache's
+The baseline the calibrated rule in `semantic/rule/calibrated_rule.py` is measured against, and the rule the cache's
 own tests use (their subject is the cache, not the decision). Knows only the `HitRule` protocol.
 """
 

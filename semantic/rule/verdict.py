@@ -1,7 +1,8 @@
 """The seam between the cache and its decision rule: what a rule is asked, and what it answers.
 
 The cache finds the nearest stored prompt in the request's scope; the rule decides whether that stored
-answer may be served for this prompt. Rules live in `semantic/rule/calibrated.py`; the cache depends only on this.
+answer may be served for this prompt. The served rule is `semantic/rule/calibrated_rule.py` (one per language
+profile, routed by `semantic/rule/language_routed_rule.py`); the cache depends only on this.
 """
 
 from __future__ import annotations
@@ -71,3 +72,18 @@ class PairByPair:
             self.judge(query, candidate, similarity, strictness)
             for (query, candidate), similarity in zip(pairs, similarities, strict=True)
         ]
+
+
+class ByBatch:
+    """`judge` for a rule whose work is batched: `judge_many` of one pair (mixed into such rules)."""
+
+    __slots__ = ()
+
+    def judge_many(
+        self, pairs: Sequence[tuple[str, str]], similarities: Sequence[float], strictness: float = 0.0
+    ) -> list[Verdict]:
+        raise NotImplementedError
+
+    def judge(self, query: str, candidate: str, similarity: float, strictness: float = 0.0) -> Verdict:
+        """Decide one pair; `strictness` in [0, 1] scales the allowed false-hit rate down to zero."""
+        return self.judge_many([(query, candidate)], [similarity], strictness)[0]

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.engine import EngineConfig, LLMEngine, RequestOutput
+from engine.engine import LLMEngine
+from engine.engine_config import EngineConfig
 from engine.model.config import ModelConfig
 from engine.model.llama import LlamaModel
 from engine.model.native_build import load_decode_library
+from engine.request_output import RequestOutput
 from engine.runner import ModelRunner
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig

@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from engine.engine import LLMEngine, RequestOutput
+from engine.engine import LLMEngine
+from engine.request_output import RequestOutput
 from engine.sampler import SamplingParams
 from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     make_engine,

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from engine.engine import EngineConfig, LLMEngine
+from engine.engine import LLMEngine
+from engine.engine_config import EngineConfig
 from engine.grammar import GrammarCompiler, GrammarError, bitmask, json_object_spec, json_schema_spec
 from engine.grammar_masks import MaskFiller
 from engine.sampler import RequestSampler, SamplingParams, sample_batch

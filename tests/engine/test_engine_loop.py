@@ -8,8 +8,10 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from engine.engine import IncrementalDetokenizer, LLMEngine, RequestOutput
+from engine.detokenizer import IncrementalDetokenizer
+from engine.engine import LLMEngine
 from engine.metrics import register_engine_metrics
+from engine.request_output import RequestOutput
 from engine.sampler import SamplingParams
 from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)
     ToyTokenizer,

@@ -22,7 +22,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from engine.engine import LLMEngine, RequestOutput
+from engine.engine import LLMEngine
+from engine.request_output import RequestOutput
 from gateway.http.app import create_app
 from gateway.runtime.settings import Settings
 from tests.gateway.live_server import serve

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from semantic.rule.pair_classifier import PairClassifier, encode_pairs, load_tokenizer
+from semantic.verifier.minilm import encode_pairs, load_tokenizer
+from semantic.verifier.pair_classifier import PairClassifier
 from training.training_loop import (
     Example,
     Schedule,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from semantic.pair_sets import load_pairs
+from evaluation.pair_sets import load_pairs
 from tests.pair_fixtures import ENGLISH_PAIRS, MULTILINGUAL_PAIRS, fixture_texts
 from training.multilingual_pairs import LANGUAGES, written_pairs
 from training.train_verifier import WRITTEN_FILE as ENGLISH_WRITTEN_FILE

@@ -139,7 +139,14 @@ async def stats(
         "prefix_cache": prefix_cache(registry),
         "shadow": shadow.report() | {"enabled": service.shadow_mode},
         "workers": workers,
+        "backends": _backends(state.backend),
     }
+
+
+def _backends(backend: Any) -> dict[str, Any] | None:
+    """The fleet's pools and backends, with their counters (None: one backend, no fleet)."""
+    status = getattr(backend, "fleet_status", None)
+    return None if status is None else dict(status())
 
 
 def _parse_request(

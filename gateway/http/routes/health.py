@@ -40,7 +40,14 @@ async def healthz(request: Request) -> dict[str, Any]:
         },
         "store": store,
         "workers": _workers(state),
+        "fleet": _fleet(state.backend),
     }
+
+
+def _fleet(backend: Any) -> dict[str, Any] | None:
+    """Every pool and backend (state, in flight, ejections) when misses go to a fleet (gateway/fleet/)."""
+    status = getattr(backend, "fleet_status", None)
+    return None if status is None else dict(status())
 
 
 def _workers(state: Any) -> dict[str, int] | None:
@@ -121,8 +128,11 @@ async def readyz(request: Request) -> JSONResponse:
 def _upstream(state: Any) -> str | None:
     """`up`, or the upstream breaker's state while it is not closed (`open`, `half_open`); None in engine
     mode."""
-    if state.settings.upstream_url is None:
+    if not state.settings.reverse_proxy:
         return None
+    readiness = getattr(state.backend, "readiness", None)  # a fleet: every pool has a member in rotation
+    if readiness is not None:
+        return str(readiness())
     breaker = state.breakers["upstream"].state
     return "up" if breaker is BreakerState.CLOSED else str(breaker.value)
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.engine import ContextLengthExceeded
+from engine.engine_config import ContextLengthExceeded
 from engine.sampler import SamplingParams
 from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from tests.engine.serving.test_serving import (  # noqa: F401  (one_torch_thread is an autouse fixture)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.engine import ContextLengthExceeded
+from engine.engine_config import ContextLengthExceeded
 from engine.sampler import SamplingParams
 from engine.serving.client import AsyncEngineClient, EngineStopped, Finished, TextDelta
 from engine.serving.ipc import open_connection, receive, sampling_to_wire

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from engine.engine import ContextLengthExceeded, EngineConfig, LLMEngine
+from engine.engine import LLMEngine
+from engine.engine_config import ContextLengthExceeded, EngineConfig
 from engine.model.llama import LlamaModel
 from engine.sampler import SamplingParams
 from engine.scheduler import SchedulerConfig

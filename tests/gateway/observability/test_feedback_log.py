@@ -6,8 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from evaluation.pair_sets import load_pairs
 from gateway.observability.feedback_log import FeedbackLog
-from semantic.pair_sets import load_pairs
 
 
 async def test_concurrent_reports_each_leave_one_whole_line(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evaluation.pair_sets import ADVERSARIAL_FILE
 from gateway.cli import app
-from semantic.pair_sets import ADVERSARIAL_FILE
 from tests.pair_fixtures import ENGLISH_PAIRS, as_development_set
 
 
@@ -89,9 +89,10 @@ VERIFIED_REWORDINGS = [
 
 @pytest.mark.slow
 def test_calibrate_refuses_every_pair_reported_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from semantic.evaluation import default_embedder
-    from semantic.rule.calibrated import CALIBRATION_TARGETS, load_rule
-    from semantic.rule.verifier import PairVerifier
+    from evaluation.probes import default_embedder
+    from semantic.rule.calibration_fit import CALIBRATION_TARGETS
+    from semantic.rule.loading import load_rule
+    from semantic.rule.profiles import ENGLISH
 
     # The pairs of the test above, and rewordings the verifier scores: hits a loose enough threshold serves.
     rows = [
@@ -108,7 +109,7 @@ def test_calibrate_refuses_every_pair_reported_wrong(tmp_path: Path, monkeypatch
     monkeypatch.setenv("KVGATE_DATA_DIR", str(tmp_path))
     embedder = default_embedder()
     cosine = float((embedder.embed([stored]) * embedder.embed([asked])).sum())
-    verifier = PairVerifier()
+    verifier = ENGLISH.verifier()
 
     def verdicts() -> list[bool]:
         """The served rule's verdict on the pair reported wrong, at every target the calibration fits."""

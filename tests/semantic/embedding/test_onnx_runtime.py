@@ -12,7 +12,7 @@ import pytest
 from semantic.embedding.embedder import SentenceEmbedder
 from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.embedding.onnx_runtime import choose_runtime, exported
-from semantic.rule.verifier import PairVerifier
+from semantic.rule.profiles import ENGLISH
 
 TEXTS = ["What is the capital city of France?", "How do I redirect HTTP to HTTPS in nginx?", "hi", "a " * 300]
 PAIRS = [
@@ -53,9 +53,9 @@ def test_a_large_batch_runs_in_length_chunks_and_keeps_its_order(export_dir: Pat
 
 @pytest.mark.slow
 def test_onnx_verifier_gives_torch_probabilities(export_dir: Path) -> None:
-    onnx = PairVerifier(runtime="onnx", export_dir=export_dir)
-    torch = PairVerifier(runtime="torch")
-    assert onnx.model is None and torch.model is not None
+    onnx = ENGLISH.verifier(runtime="onnx", export_dir=export_dir)
+    torch = ENGLISH.verifier(runtime="torch")
+    assert onnx.runtime.runtime == "onnx" and torch.runtime.runtime == "torch"
     assert np.abs(onnx.probabilities(PAIRS) - torch.probabilities(PAIRS)).max() < 1e-5
 
 

@@ -11,8 +11,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from semantic.rule.multilingual_rule import LanguageRoutedRule, LanguageThresholds, MultilingualRule
-from semantic.rule.multilingual_verifier import fit_shared_threshold
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.language_routed_rule import LanguageRoutedRule
+from semantic.rule.language_thresholds import LanguageThresholds, fit_shared_threshold
+from semantic.rule.profiles import MULTILINGUAL
 from semantic.rule.verdict import PairByPair, Verdict
 
 
@@ -75,7 +77,7 @@ def test_the_rule_refuses_what_needs_no_model_and_asks_the_verifier_the_rest() -
     scorer = TableScorer(
         {("哪种动物寿命最长？", "什么动物寿命最长？"): 0.95, ("日本の首都はどこ？", "日本の首都は？"): 0.85}
     )
-    rule = MultilingualRule(scorer, thresholds())
+    rule = CalibratedRule(scorer, thresholds(), profile=MULTILINGUAL)
     assert rule.languages == ("ja", "zh")
     cases = [
         (("哪种动物寿命最长？", "什么动物寿命最长？", 0.95), True, "verified"),
@@ -126,7 +128,7 @@ class Recording(PairByPair):
 
 def test_pairs_go_to_the_rule_of_their_language_and_come_back_in_order() -> None:
     english = Recording()
-    rule = LanguageRoutedRule(english, MultilingualRule(TableScorer({}), thresholds(0.4)))
+    rule = LanguageRoutedRule(english, CalibratedRule(TableScorer({}), thresholds(0.4), profile=MULTILINGUAL))
     pairs = [
         ("How do I?", "How can I?"),
         ("怎样才能不晕车？", "如何不晕车？"),

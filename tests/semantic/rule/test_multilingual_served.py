@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from semantic.embedding.multilingual_embedder import MultilingualEmbedder
-from semantic.pair_sets import LabelledPair, load_pairs
-from semantic.rule.calibrated import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
-from semantic.rule.multilingual_rule import LanguageThresholds, MultilingualRule, load_multilingual_rule
-from semantic.rule.multilingual_verifier import CALIBRATION_FILE, WEIGHTS_FILE
-from semantic.scope_lookups import every_prompt_served
+from evaluation.pair_sets import LabelledPair, load_pairs
+from evaluation.scope_lookups import every_prompt_served
+from semantic.embedding.e5_embedder import E5Embedder
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
+from semantic.rule.language_thresholds import LanguageThresholds
+from semantic.rule.loading import load_rule
+from semantic.rule.profiles import MULTILINGUAL, MULTILINGUAL_CALIBRATION, MULTILINGUAL_WEIGHTS
 from tests.pair_fixtures import MULTILINGUAL_PAIRS
 
 # Written for this check, in subjects the development set has not; never trained or calibrated on.
@@ -24,13 +26,13 @@ JUDGED = 3  # CacheConfig.judged: the nearest candidates a lookup judges
 
 
 @pytest.fixture(scope="module")
-def rule() -> MultilingualRule:
-    return load_multilingual_rule()
+def rule() -> CalibratedRule:
+    return load_rule(profile=MULTILINGUAL)
 
 
 @pytest.fixture(scope="module")
-def embedder() -> MultilingualEmbedder:
-    return MultilingualEmbedder()
+def embedder() -> E5Embedder:
+    return E5Embedder()
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +41,15 @@ def written_pairs() -> list[LabelledPair]:
     return load_pairs(MULTILINGUAL_PAIRS)
 
 
-def test_shipped_weights_are_small_and_the_thresholds_were_fitted_for_them(rule: MultilingualRule) -> None:
-    assert WEIGHTS_FILE.stat().st_size < 25 * 2**20
-    thresholds = LanguageThresholds.load(CALIBRATION_FILE)
-    assert thresholds.verifier_sha256 == file_sha256(WEIGHTS_FILE)
+def test_shipped_weights_are_small_and_the_thresholds_were_fitted_for_them(rule: CalibratedRule) -> None:
+    assert MULTILINGUAL_WEIGHTS.stat().st_size < 25 * 2**20
+    thresholds = LanguageThresholds.load(MULTILINGUAL_CALIBRATION)
+    assert thresholds.verifier_sha256 == file_sha256(MULTILINGUAL_WEIGHTS)
     assert rule.languages == LANGUAGES
 
 
 def test_a_chinese_rewording_hits_and_different_chinese_questions_do_not(
-    rule: MultilingualRule, embedder: MultilingualEmbedder
+    rule: CalibratedRule, embedder: E5Embedder
 ) -> None:
     stored = "快递显示已签收但我没收到怎么办"
     asked = {
@@ -63,7 +65,7 @@ def test_a_chinese_rewording_hits_and_different_chinese_questions_do_not(
 
 
 def test_every_prompt_against_every_other_of_its_language(
-    rule: MultilingualRule, embedder: MultilingualEmbedder, written_pairs: list[LabelledPair]
+    rule: CalibratedRule, embedder: E5Embedder, written_pairs: list[LabelledPair]
 ) -> None:
     """Issue 31: each prompt of the pairs written for the tests looked up in a scope holding every other
     prompt of its language, its 3 nearest judged, the best accepted one served. A hit serving a prompt that
@@ -83,7 +85,7 @@ def test_every_prompt_against_every_other_of_its_language(
 
 
 def test_pairs_in_new_subjects_get_no_wrong_hit_and_different_questions_never_meet(
-    rule: MultilingualRule, embedder: MultilingualEmbedder
+    rule: CalibratedRule, embedder: E5Embedder
 ) -> None:
     """Pairs written in subjects the development set has not (health, cooking, travel, finance, phones): no
     negative is served, in any language, and among all of a language's prompts looked up against each other no

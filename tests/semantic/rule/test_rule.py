@@ -9,13 +9,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from semantic.rule.calibrated import (
-    CalibratedRule,
-    Calibration,
-    CalibrationPoint,
-    calibration_path,
-    fit_calibration,
-)
+from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibration import Calibration, CalibrationPoint
+from semantic.rule.calibration_fit import fit_calibration
+from semantic.rule.loading import calibration_path
 from semantic.rule.verdict import HitRule
 
 

