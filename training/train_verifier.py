@@ -104,6 +104,12 @@ def main() -> None:
         help="train the word embeddings too (they then ship in the weights file: ~44 MB fp16 instead of 21)",
     )
     parser.add_argument(
+        "--reviewed-repeats",
+        type=int,
+        default=2,
+        help="times the reviewed Quora train part is shown in the rewordings and written stages",
+    )
+    parser.add_argument(
         "--stage",
         choices=("paraphrase", "rubric", "rewordings", "written"),
         default="paraphrase",
@@ -122,9 +128,9 @@ def main() -> None:
     if args.stage == "rubric":
         examples = rubric_pairs(args.data_dir)
     elif args.stage == "rewordings":
-        examples = rewording_pairs(args.data_dir)
+        examples = rewording_pairs(args.data_dir, reviewed_repeats=args.reviewed_repeats)
     elif args.stage == "written":
-        examples = written_stage_pairs(args.data_dir)
+        examples = written_stage_pairs(args.data_dir, reviewed_repeats=args.reviewed_repeats)
     else:
         examples = training_pairs(args.data_dir, transitive=not args.no_implied)
     soft = soft_targets(args.data_dir)
@@ -224,7 +230,10 @@ def rubric_pairs(data_dir: Path, seed: int = SEED) -> list[LabelledPair]:
 
 
 def rewording_pairs(
-    data_dir: Path, seed: int = SEED, lookup_candidates_k: int = LOOKUP_CANDIDATES
+    data_dir: Path,
+    seed: int = SEED,
+    lookup_candidates_k: int = LOOKUP_CANDIDATES,
+    reviewed_repeats: int = 2,
 ) -> list[LabelledPair]:
     """The third stage's pairs: real rewordings and their hard negatives, beside what the second stage learnt.
 
@@ -247,10 +256,12 @@ def rewording_pairs(
     # one question (its nearest stored prompt is often a paraphrase no pair names), so its lookups would
     # teach true paraphrases as negatives.
     looked_up = lookup_candidates(chatbot_train, lookup_candidates_k)
-    return 4 * chatbot_train + 2 * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
+    return 4 * chatbot_train + reviewed_repeats * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
 
 
-def written_stage_pairs(data_dir: Path, path: Path = WRITTEN_FILE, seed: int = SEED) -> list[LabelledPair]:
+def written_stage_pairs(
+    data_dir: Path, path: Path = WRITTEN_FILE, seed: int = SEED, reviewed_repeats: int = 2
+) -> list[LabelledPair]:
     """The `written` stage's pairs: the third stage's, and the English pairs written for training only.
 
     `WRITTEN_FILE` holds rewordings and hard negatives in subjects the development sets do not have (no text
@@ -259,7 +270,7 @@ def written_stage_pairs(data_dir: Path, path: Path = WRITTEN_FILE, seed: int = S
     times, and the candidates their wordings meet as lookups in one scope holding them twice.
     """
     written = load_pairs(path)
-    return rewording_pairs(data_dir, seed) + 4 * written + 2 * lookup_candidates(written, LOOKUP_CANDIDATES)
+    return rewording_pairs(data_dir, seed, reviewed_repeats=reviewed_repeats) + 4 * written + 2 * lookup_candidates(written, LOOKUP_CANDIDATES)
 
 
 def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:
