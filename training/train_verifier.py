@@ -256,7 +256,9 @@ def rewording_pairs(
     # one question (its nearest stored prompt is often a paraphrase no pair names), so its lookups would
     # teach true paraphrases as negatives.
     looked_up = lookup_candidates(chatbot_train, lookup_candidates_k)
-    return 4 * chatbot_train + reviewed_repeats * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
+    return (
+        4 * chatbot_train + reviewed_repeats * reviewed_train + 2 * adversarial_train + 2 * looked_up + made
+    )
 
 
 def written_stage_pairs(
@@ -270,7 +272,11 @@ def written_stage_pairs(
     times, and the candidates their wordings meet as lookups in one scope holding them twice.
     """
     written = load_pairs(path)
-    return rewording_pairs(data_dir, seed, reviewed_repeats=reviewed_repeats) + 4 * written + 2 * lookup_candidates(written, LOOKUP_CANDIDATES)
+    return (
+        rewording_pairs(data_dir, seed, reviewed_repeats=reviewed_repeats)
+        + 4 * written
+        + 2 * lookup_candidates(written, LOOKUP_CANDIDATES)
+    )
 
 
 def lookup_candidates(pairs: list[LabelledPair], k: int) -> list[LabelledPair]:

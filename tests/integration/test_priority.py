@@ -137,6 +137,7 @@ async def wait_until(condition: Any, timeout_s: float) -> None:
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.alone  # compares times to first token: under pytest-xdist, no other test shares the cores
 async def test_high_priority_overtakes_a_saturated_engine(app: FastAPI, base_url: str) -> None:
     recorder = StepRecorder(app.state.backend.client.engine)
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
