@@ -161,15 +161,18 @@ def _pull_missing(settings: Settings) -> None:
 
 
 def _export_for_onnx(settings: Settings) -> None:
-    """Export the embedder and the verifier for ONNX Runtime now, so that the first `serve` starts fast."""
-    from semantic import SentenceEmbedder, load_rule
+    """Export the embedder and both verifiers for ONNX Runtime now, so that `serve` starts fast and never
+    loads torch to export them."""
+    from semantic import SentenceEmbedder, load_served_rule
 
-    with console.status("exporting the embedder and the verifier for ONNX Runtime (first time only)"):
+    with console.status("exporting the embedder and the verifiers for ONNX Runtime (first time only)"):
         embedder = SentenceEmbedder(
             resolve_embedder(settings.embedder), settings.inference_runtime, settings.export_dir
         )
-        load_rule(settings.data_dir, runtime=settings.inference_runtime, export_dir=settings.export_dir)
-    console.print(f"embedder and verifier: {embedder.runtime.runtime} ({embedder.runtime.reason})")
+        load_served_rule(
+            settings.data_dir, runtime=settings.inference_runtime, export_dir=settings.export_dir
+        )
+    console.print(f"embedder and verifiers: {embedder.runtime.runtime} ({embedder.runtime.reason})")
 
 
 def _mark(present: bool) -> str:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from semantic.rule.profiles import ENGLISH, MULTILINGUAL, LanguageProfile
-from semantic.verifier.e5_network import encode_e5_pairs
 from semantic.verifier.e5_tokenizer import E5Tokenizer, E5Vocab
+from semantic.verifier.e5_torch import encode_e5_pairs
 from semantic.verifier.int8_weights import load_int8_weights, save_int8_weights
 from semantic.verifier.minilm import encode_pairs, load_tokenizer, load_trained_weights, save_trained_weights
 from semantic.verifier.pair_classifier import PairClassifier

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE
 from semantic.rule.calibration_fit import DEFAULT_GUARDS, fit_calibration
 from semantic.rule.language_thresholds import MIN_COSINE, fit_shared_threshold
-from semantic.verifier.e5_network import encode_e5_pairs
+from semantic.verifier.e5_torch import encode_e5_pairs
 from semantic.verifier.minilm import encode_pairs
 from semantic.verifier.pair_classifier import PairClassifier
 from training.training_loop import Example

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from gateway.api.errors import UpstreamFailed
+from gateway.backends.aiohttp_transport import AiohttpTransport
 from gateway.backends.protocol import Chunk, Finished, GenerationEvent, GenerationRequest, Whole
 from gateway.backends.upstream_models import UpstreamModels
 from gateway.backends.upstream_retry import Attempts, RetryPolicy
@@ -61,16 +62,16 @@ class UpstreamBackend:
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
+        limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=keepalive_s,
+        )
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=keepalive_s,
-            ),
-            transport=transport,
+            transport=transport or AiohttpTransport(limits),  # aiohttp's pool under httpx's API
         )
         self.models = UpstreamModels(models, models_refresh_s)
         self._breaker = breaker

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
 from fastapi import FastAPI
 
 from engine import resolve_generator
@@ -84,7 +84,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if keys.open:
             logger.warning("no API keys configured: kvgate is open to anyone as the single tenant 'default'")
-        torch.set_num_threads(settings.torch_threads)
+        set_torch_threads(settings)
         limit_arenas()
         trimmer = HeapTrimmer(settings.malloc_trim_interval_s) if settings.malloc_trim_interval_s else None
         if trimmer is not None:
@@ -251,6 +251,16 @@ async def _refresh_metrics(metrics: GatewayMetrics) -> None:
     while True:
         metrics.refresh()
         await asyncio.sleep(METRICS_REFRESH_S)
+
+
+def set_torch_threads(settings: Settings) -> None:
+    """torch's threads, where this process runs torch: the in-process engine, or a model asked to run on
+    torch. Reverse-proxy mode on ONNX Runtime never imports torch (about 180 MB of a process, issue 46)."""
+    engine_mode = settings.upstream_url is None and fleet_config(settings) is None
+    if engine_mode or settings.inference_runtime == "torch" or "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
 
 
 def default_backend(

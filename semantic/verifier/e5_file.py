@@ -33,14 +33,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
-from transformers import BertConfig
 
 from semantic.verifier.e5_tokenizer import E5Tokenizer, E5Vocab
+
+if (
+    TYPE_CHECKING
+):  # torch and transformers load only where the weights become a torch model (training, export)
+    import torch
+    from transformers import BertConfig
 
 MAGIC = b"E5S1"
 VERSION = 1
@@ -186,6 +190,8 @@ class E5File:
 
     def bert_config(self) -> BertConfig:
         """The `transformers.BertConfig` of this encoder (pad is the tokenizer's `<pad>`, id 1)."""
+        from transformers import BertConfig
+
         c = self.config
         return BertConfig(
             vocab_size=c.vocab_size,
@@ -251,6 +257,8 @@ class E5File:
 
     def encoder_state_dict(self, include_word_embeddings: bool = True) -> dict[str, torch.Tensor]:
         """Float32 weights under the names of `BertModel(self.bert_config(), add_pooling_layer=False)`."""
+        import torch
+
         names = dict(_EMBEDDINGS)
         if not include_word_embeddings:
             del names["emb.word"]

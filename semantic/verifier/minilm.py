@@ -15,12 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import torch
-from safetensors.torch import load_file, save_file
-from transformers import AutoTokenizer, BertConfig, PreTrainedTokenizerBase
 
 from semantic.embedding.embedder_source import packaged_model_dir
 from semantic.embedding.onnx_runtime import (
@@ -33,7 +31,13 @@ from semantic.embedding.onnx_runtime import (
     quantize_int8,
     weights_digest,
 )
-from semantic.verifier.pair_classifier import FROZEN_PREFIX, PairClassifier
+from semantic.embedding.word_pieces import WordPieces
+
+if TYPE_CHECKING:  # torch and transformers load only for training, `runtime="torch"` and the one-time export
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from semantic.verifier.pair_classifier import PairClassifier
 
 logger = logging.getLogger("kvgate.semantic")
 
@@ -61,30 +65,34 @@ class MiniLMNetwork:
         int8: bool = INT8_BY_DEFAULT,
     ) -> None:
         base = base_dir if base_dir is not None else packaged_model_dir()
-        self.tokenizer = load_tokenizer(base)
         self.max_tokens = max_tokens
         self.model: PairClassifier | None = None
         self._onnx: OnnxEncoder | None = None
+        self._word_pieces: WordPieces | None = None
         choice = choose_runtime(runtime)
         if choice.runtime == "onnx":
+            self._word_pieces = WordPieces(base, max_tokens)  # transformers' ids, without transformers
             self._onnx = OnnxEncoder(
                 exported_classifier(weights, base, export_dir or default_export_dir(), int8), threads
             )
             choice = RuntimeChoice("onnx", f"{choice.reason}; {'int8' if int8 else 'fp32'} weights")
         else:
+            self.tokenizer = load_tokenizer(base)
             self.model = trained_classifier(weights, base)
         self.runtime = choice
         logger.info("verifier runs on %s (%s)", choice.runtime, choice.reason)
 
     def probabilities(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.float32]:
         """P(same meaning) for one batch."""
-        batch = encode_pairs(self.tokenizer, pairs, self.max_tokens)
-        if self._onnx is not None:
-            logits = np.asarray(self._onnx.run({key: value.numpy() for key, value in batch.items()}))
+        if self._onnx is not None and self._word_pieces is not None:
+            batch = self._word_pieces.batch([first for first, _ in pairs], [second for _, second in pairs])
+            logits = np.asarray(self._onnx.run(batch))
         else:
+            import torch
+
             assert self.model is not None
             with torch.inference_mode():
-                logits = self.model(**batch).float().numpy()
+                logits = self.model(**encode_pairs(self.tokenizer, pairs, self.max_tokens)).float().numpy()
         logits = logits.astype(np.float32, copy=False)
         return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
 
@@ -113,12 +121,19 @@ def exported_classifier(weights: Path, base_dir: Path, export_dir: Path, int8: b
 
 
 def load_tokenizer(base_dir: Path) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
     tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
     return tokenizer
 
 
 def load_base_classifier(base_dir: Path) -> PairClassifier:
     """A PairClassifier whose encoder holds the base MiniLM weights and whose head is untrained."""
+    from safetensors.torch import load_file
+    from transformers import BertConfig
+
+    from semantic.verifier.pair_classifier import PairClassifier
+
     config = BertConfig.from_pretrained(str(base_dir), local_files_only=True)
     model = PairClassifier(config)
     # The sentence model's pooler is unused here; everything else must be present.
@@ -136,6 +151,10 @@ def load_base_classifier(base_dir: Path) -> PairClassifier:
 def load_trained_weights(model: PairClassifier, weights: Path) -> None:
     """Overlay the fine-tuned weights; every trainable tensor must be in the file (the word embeddings may
     be, when they were trained too)."""
+    from safetensors.torch import load_file
+
+    from semantic.verifier.pair_classifier import FROZEN_PREFIX
+
     trained = {name: tensor.float() for name, tensor in load_file(str(weights)).items()}
     expected = {name for name in model.state_dict() if not name.startswith(FROZEN_PREFIX)}
     missing = expected - trained.keys() - {"encoder.embeddings.position_ids"}
@@ -150,6 +169,11 @@ def load_trained_weights(model: PairClassifier, weights: Path) -> None:
 
 def save_trained_weights(model: PairClassifier, weights: Path, word_embeddings: bool = False) -> None:
     """Write every tensor, as fp16, except the word embeddings unless they were trained (`word_embeddings`)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from semantic.verifier.pair_classifier import FROZEN_PREFIX
+
     weights.parent.mkdir(parents=True, exist_ok=True)
     tensors = {
         name: tensor.detach().to(torch.float16).contiguous()

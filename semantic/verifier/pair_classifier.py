@@ -27,10 +27,19 @@ class PairClassifier(nn.Module):
         self.head = nn.Linear(config.hidden_size, 1)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """One logit per pair; the word vectors come from `input_ids`, or are given (`inputs_embeds`: the
+        multilingual network's ONNX export, whose word table stays outside the graph)."""
         hidden = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
         ).last_hidden_state  # (B, T, H)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)

