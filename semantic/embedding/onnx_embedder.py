@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from semantic.embedding.onnx_runtime import OnnxEncoder, export_encoder, exported, weights_digest
 from semantic.embedding.word_pieces import WordPieces
+from semantic.embedding.word_table import shared_word_table
 
 Vectors = npt.NDArray[np.float32]
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -55,10 +56,9 @@ class OnnxSentenceModel:
             model_file = exported(model_file, lambda path: _export(folder, path, shape_file))
         self.shape = PipelineShape(**json.loads(shape_file.read_text(encoding="utf-8")))
         self.path = model_file
-        self.word_pieces = WordPieces(
-            folder, self.shape.max_tokens
-        )  # transformers' ids, without transformers
-        self._encoder = OnnxEncoder(model_file, threads)
+        self.word_pieces = WordPieces(folder, self.shape.max_tokens)  # transformers' ids, no transformers
+        # The word table from the installed weights, mapped once and shared with the verifier's session.
+        self._encoder = OnnxEncoder(model_file, threads, shared_word_table(weights))
 
     def embed(self, texts: list[str]) -> Vectors:
         """(len(texts), dimension) float32, unit rows when the pipeline normalises.

@@ -17,6 +17,7 @@ thresholds or the cache.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import tempfile
@@ -65,10 +66,13 @@ def choose_runtime(requested: str) -> RuntimeChoice:
 def onnx_missing() -> str | None:
     """Why ONNX Runtime cannot be used here, or None when it can."""
     try:
-        import onnx  # noqa: F401  (the exporter and the quantiser need it)
         import onnxruntime  # noqa: F401
     except ImportError as error:
         return f"onnxruntime is not installed ({error}); pip install onnxruntime onnx"
+    # The exporter and the quantiser need onnx; serving does not import it (with its protobuf and ml_dtypes,
+    # about 55 MB of a process), so it is only looked for here.
+    if importlib.util.find_spec("onnx") is None:
+        return "onnx is not installed (the exporter needs it); pip install onnx"
     return None
 
 
@@ -93,7 +97,11 @@ class OnnxEncoder:
     """One exported encoder on ONNX Runtime: its input arrays in (cast to the types it declares), its single
     output array out."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
+    def __init__(
+        self, path: Path, threads: int = 1, shared: Mapping[str, npt.NDArray[np.float32]] | None = None
+    ) -> None:
+        """`shared`: initializers given from memory the caller owns, by name, in place of the file's copies
+        (a table several sessions share: `word_table.py`); they must equal what the file holds."""
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -105,6 +113,10 @@ class OnnxEncoder:
         # event loop (or the engine) needs. Measured through HTTP on 2 cores, a verified semantic hit took
         # 31 ms with spinning and 15 ms without.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # ONNX Runtime reads these arrays in place: they are kept alive as long as the session.
+        self._shared = [ort.OrtValue.ortvalue_from_numpy(array) for array in (shared or {}).values()]
+        for name, value in zip(shared or {}, self._shared, strict=True):
+            options.add_initializer(name, value)
         self.path = path
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         # Token arrays are int64; word vectors (the multilingual verifier's first input) float32.

@@ -32,6 +32,7 @@ from semantic.embedding.onnx_runtime import (
     weights_digest,
 )
 from semantic.embedding.word_pieces import WordPieces
+from semantic.embedding.word_table import shared_word_table
 
 if TYPE_CHECKING:  # torch and transformers load only for training, `runtime="torch"` and the one-time export
     import torch
@@ -72,8 +73,10 @@ class MiniLMNetwork:
         choice = choose_runtime(runtime)
         if choice.runtime == "onnx":
             self._word_pieces = WordPieces(base, max_tokens)  # transformers' ids, without transformers
+            # fp32: the word table is the embedder's, mapped once from the installed base weights.
+            shared = {} if int8 else shared_word_table(base / "model.safetensors", weights)
             self._onnx = OnnxEncoder(
-                exported_classifier(weights, base, export_dir or default_export_dir(), int8), threads
+                exported_classifier(weights, base, export_dir or default_export_dir(), int8), threads, shared
             )
             choice = RuntimeChoice("onnx", f"{choice.reason}; {'int8' if int8 else 'fp32'} weights")
         else:
