@@ -49,7 +49,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
             # The environment's proxy settings are read once (`_proxy_for`), not per request: aiohttp's
             # `trust_env` reads them and stats ~/.netrc on every request (0.5 ms of a miss, measured).
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            # No cookie jar: a proxy keeps no upstream cookie (one tenant's `Set-Cookie`, a CDN's say, must
+            # never ride on another tenant's request); httpx's jar is switched off too (`upstream.py`).
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class UpstreamBackend:
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             transport=transport or AiohttpTransport(limits),  # aiohttp's pool under httpx's API
         )
+        # Nor does httpx's client keep the upstream's cookies: they would be sent for every tenant after.
+        self._client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self.models = UpstreamModels(models, models_refresh_s)
         self._breaker = breaker
         self._retry = RetryPolicy(min(connect_timeout_s, timeout_s), connect_retries)

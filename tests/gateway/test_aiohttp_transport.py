@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.backends.aiohttp_transport import AiohttpTransport
+from gateway.backends.upstream import UpstreamBackend
 from gateway.backends.upstream_retry import Unsent, refused, unsent
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -142,3 +143,28 @@ def test_the_environment_proxy_is_read_once_and_no_proxy_is_honoured(monkeypatch
     assert transport._proxy_for(httpx.URL("https://api.example.com/v1")) == "http://proxy.internal:3128"
     assert transport._proxy_for(httpx.URL("https://models.internal/v1")) is None
     assert transport._proxy_for(httpx.URL("http://api.example.com/v1")) is None  # no HTTP_PROXY set
+
+
+async def test_no_upstream_cookie_is_kept_or_sent_for_anyone() -> None:
+    """One tenant's answer setting a cookie (a CDN's, say) must not put it on the next tenant's request."""
+    seen: list[bytes] = []
+
+    async def set_cookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):  # two requests on one kept-alive connection
+            seen.append(await read_request(reader))
+            body = b'{"data": [], "model": "m"}'
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nSet-Cookie: __cf_bm=tenant-a; Path=/\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            await writer.drain()
+
+    async with raw_server(set_cookie) as base:
+        # A host name, not an address: aiohttp's default jar takes no cookie from a bare IP address.
+        upstream = UpstreamBackend(base.replace("127.0.0.1", "localhost") + "/v1", None, ["m"])
+        try:
+            for _ in range(2):
+                await upstream.embed({"model": "m", "input": "x"})
+        finally:
+            await upstream.close()
+    assert len(seen) == 2 and all(b"cookie" not in request.lower() for request in seen)
