@@ -27,11 +27,16 @@ GRAPH_NAME = "encoder." + BASE_NAME
 
 def safetensors_names(path: Path) -> dict[str, dict[str, object]]:
     """The header of a safetensors file: each tensor's dtype, shape and byte range (no tensor is read)."""
+    return _header(path)[1]
+
+
+def _header(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
+    """The header's length in bytes (the data starts 8 bytes after it) and the header."""
     with path.open("rb") as file:
         (length,) = struct.unpack("<Q", file.read(8))
         header: dict[str, dict[str, object]] = json.loads(file.read(length))
     header.pop("__metadata__", None)
-    return header
+    return length, header
 
 
 @functools.cache
@@ -39,9 +44,8 @@ def word_table(weights: Path) -> npt.NDArray[np.float32] | None:
     """`weights`' float32 word-embedding table as a read-only memory map, or None when it has none."""
     if not weights.is_file() or weights.suffix != ".safetensors":
         return None
-    with weights.open("rb") as file:
-        (length,) = struct.unpack("<Q", file.read(8))
-    entry = safetensors_names(weights).get(BASE_NAME)
+    length, header = _header(weights)
+    entry = header.get(BASE_NAME)
     if entry is None or entry.get("dtype") != "F32":
         return None
     offsets: list[int] = list(entry["data_offsets"])  # type: ignore[call-overload]

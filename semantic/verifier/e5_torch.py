@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from semantic.verifier.e5_file import E5File
+from semantic.verifier.e5_network import e5_pair_arrays
 from semantic.verifier.e5_tokenizer import E5Tokenizer
 from semantic.verifier.int8_weights import load_int8_weights
 from semantic.verifier.pair_classifier import PairClassifier
@@ -29,8 +30,6 @@ def encode_e5_pairs(
     tokenizer: E5Tokenizer, pairs: Sequence[tuple[str, str]], max_tokens: int
 ) -> dict[str, torch.Tensor]:
     """`e5_pair_arrays` as torch tensors (training feeds these)."""
-    from semantic.verifier.e5_network import e5_pair_arrays
-
     return {
         name: torch.from_numpy(array) for name, array in e5_pair_arrays(tokenizer, pairs, max_tokens).items()
     }
