@@ -82,6 +82,8 @@ class CompletionCall:
 class CachedAnswer:
     answer: StoredAnswer
     lookup: Lookup
+    scope: RequestScope | None = None
+    """Where it was found (the exact-hit memo reads it again there, `gateway/apis/exact_memo.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +152,7 @@ class CompletionService:
                     await self.store.remember(scope, lookup.entry)
                 saved = (stored.prompt_tokens + stored.completion_tokens, stored.generation_s)
                 record_outcome(self.stats, self.metrics, call.tenant, scope, lookup, lookup.kind.value, saved)
-                return CachedAnswer(stored, lookup)
+                return CachedAnswer(stored, lookup, scope)
         if call.admit is not None:
             await call.admit()
         result = LookupKind.BYPASS.value if call.control.bypass else LookupKind.MISS.value

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from semantic.embedding.embed_batcher import EmbedBatcher
 from semantic.embedding.embedder import Embedder, Vectors
 from semantic.embedding.micro_batch import MicroBatcher
+from semantic.index.epochs import ChangeEpochs
 from semantic.index.sync import IndexSync
 from semantic.index.vector_index import IndexConfig, Neighbour, RebuildProgress
 from semantic.language_routing import LanguageRoutedEmbedder
@@ -143,6 +144,11 @@ class SemanticCache:
         )
         index_config = IndexConfig(embedder.dimension, hnsw_threshold=self.config.hnsw_threshold)
         self.sync = IndexSync(store, index_config, block_ms=self.config.follow_block_ms)
+
+    @property
+    def epochs(self) -> ChangeEpochs:
+        """Moves per scope when an entry may have gone or been replaced (`semantic/index/epochs.py`)."""
+        return self.sync.epochs
 
     @property
     def scope_embedder(self) -> str | Callable[[str], str]:
@@ -298,6 +304,8 @@ class SemanticCache:
         # Under max-age, an older answer for the same exact request is replaced, not kept.
         replace_before = 0.0 if control.max_age_s is None else time.time() - control.max_age_s
         entry_id, new = await self.store.put(scope, response, vector, ttl_s, tags, replace_before)
+        if replace_before:
+            self.sync.epochs.moved(scope.scope_id)  # the exact key may point at a new entry now
         if new and vector is not None:
             expires = None if ttl_s is None else time.time() + ttl_s
             self.sync.add_local(scope.scope_id, entry_id, vector, expires)

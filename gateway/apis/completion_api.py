@@ -82,6 +82,14 @@ class CompletionApi(ABC, Generic[Body]):
             self.upstream_headers(exchange.http.headers, service.backend),
         )
         answer = await service.answer(call)
+        reply = await self.render(request, answer, exchange.state)
+        memo = getattr(exchange.state, "exact_memo", None)
+        if memo is not None and isinstance(answer, CachedAnswer):
+            memo.learn(self, exchange, answer, await exchange.http.body())
+        return reply
+
+    async def render(self, request: Body, answer: CachedAnswer | LiveAnswer, state: Any) -> Reply:
+        """The answer as this API sends it, with the cache headers and what the access line reads."""
         headers = self.cache_headers(answer)
         response = await self.respond(request, answer, headers)
         if isinstance(answer, LiveAnswer) and answer.flight.answered_by is not None:
@@ -89,10 +97,10 @@ class CompletionApi(ABC, Generic[Body]):
         reply = Reply(
             response, headers["x-kvgate-cache"], answer.lookup.similarity if answer.lookup else None
         )
-        finished = _finished(answer, exchange.state.tracing.enabled)
+        finished = _finished(answer, state.tracing.enabled)
         if finished is not None:
             reply.prompt_tokens, reply.completion_tokens, reply.finish_reason = finished
-        if service.log_prompts:
+        if state.service.log_prompts:
             reply.prompt = self.last_turn(request)
         return reply
 

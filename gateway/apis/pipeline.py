@@ -66,9 +66,9 @@ async def run(api: Api[Any], http: Request) -> Response:
             except Exception as error:  # every error becomes an answer in the API's own shape
                 reply = _failed(api, http, error)
             _annotate(span, reply)
-            return _finish(api, state, reply, request_id, tenant, model, started)
+            return finish(api, state, reply, request_id, tenant, model, started)
     except Exception as error:  # before the span: the caller or the body
-        return _finish(api, state, _failed(api, http, error), request_id, tenant, model, started)
+        return finish(api, state, _failed(api, http, error), request_id, tenant, model, started)
 
 
 def _failed(api: Api[Any], http: Request, error: Exception) -> Reply:
@@ -80,7 +80,7 @@ def _failed(api: Api[Any], http: Request, error: Exception) -> Reply:
     return Reply(api.error(ServerError("The server had an error processing your request.")), ERROR)
 
 
-def _finish(
+def finish(
     api: Api[Any], state: Any, reply: Reply, request_id: str, tenant: str, model: str, started: float
 ) -> Response:
     """The request id on the answer; its metric and its access line."""

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from engine import resolve_generator
 from gateway.api.errors import install_error_handlers
+from gateway.apis.exact_memo import ExactMemo
 from gateway.apis.routes import api_routes, passthrough_route
 from gateway.backends.protocol import Backend
 from gateway.backends.upstream import UpstreamBackend
@@ -27,6 +28,7 @@ from gateway.fleet.config import fleet_config
 from gateway.fleet.fleet import FleetOptions
 from gateway.http.auth import AdminGuard, KeyRing
 from gateway.http.body_limit import BodyLimitMiddleware
+from gateway.http.gateway_app import GatewayApp
 from gateway.http.routes import admin, health, openai
 from gateway.http.worker_peers import PeerServer, WorkerPeers, worker_socket
 from gateway.observability.feedback_log import FEEDBACK_FILE, FeedbackLog
@@ -34,7 +36,6 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.progress import rich_progress
 from gateway.observability.served_hits import ServedHits
 from gateway.observability.stats import HitStats
-from gateway.observability.tracecontext import TraceContextMiddleware
 from gateway.observability.tracing import Tracing
 from gateway.runtime.admin_token import ensure_admin_token
 from gateway.runtime.allocator import HeapTrimmer, limit_arenas
@@ -174,6 +175,8 @@ def create_app(
                 log_prompts=settings.log_prompts,
                 shadow_mode=settings.shadow_mode,
             )
+            if settings.exact_memo_revalidate_s > 0:
+                app.state.exact_memo = ExactMemo(settings.exact_memo_revalidate_s)
             app.state.feedback = FeedbackService(
                 cache, served_hits, FeedbackLog(settings.data_dir / FEEDBACK_FILE), app.state.service.stats
             )
@@ -213,11 +216,12 @@ def create_app(
     # FastAPI's own OpenTelemetry hooks are off: kvgate traces with a provider of its own (gateway/observability/tracing.py),
     # and the hooks looked the global provider up in os.environ on every request (8% of an exact hit's CPU).
     telemetry: Any = {"tracing": False, "metrics": False, "logs": False}  # a TypedDict in FastAPI >= 0.16x
-    app = FastAPI(title="kvgate", version="0.1.0", lifespan=lifespan, telemetry=telemetry)
+    app = GatewayApp(title="kvgate", version="0.1.0", lifespan=lifespan, telemetry=telemetry)
     app.state.settings = settings
     app.state.metrics = GatewayMetrics(multiprocess_dir=plan.metrics_dir if plan is not None else None)
     app.state.peers = None
     app.state.worker = None
+    app.state.exact_memo = None
     app.state.breakers = make_breakers(settings, app.state.metrics)
     app.state.tracing = Tracing.from_endpoint(settings.otlp_endpoint)
     app.state.keys = keys
@@ -225,7 +229,6 @@ def create_app(
     app.state.admin_guard = AdminGuard(ensure_admin_token(configured, settings.data_dir))
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(TraceContextMiddleware)
     app.include_router(openai.router)
     app.include_router(health.router)
     app.include_router(admin.router)

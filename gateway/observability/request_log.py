@@ -81,8 +81,10 @@ def configure_logging(level: str, json_lines: bool) -> QueueListener:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     # Thread, process and task names go in no line kvgate writes; looking them up was half of making a record.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = QueueListener(records, handler)
+    # Nor the caller's file and line (the logging HOWTO's "Optimization"): each record walked the stack for them.
+    logging._srcfile = None
+    records: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    listener = BatchingListener(records, handler)
     listener.start()
     atexit.register(_drain, listener)  # writes what is queued before the process exits
     root = logging.getLogger()
@@ -94,6 +96,48 @@ def configure_logging(level: str, json_lines: bool) -> QueueListener:
     uvicorn_access.filters[:] = [f for f in uvicorn_access.filters if not isinstance(f, CoveredRoutes)]
     uvicorn_access.addFilter(CoveredRoutes())
     return listener
+
+
+class BatchingListener(QueueListener):
+    """A `QueueListener` that writes what has queued up in one write: under load, one flush (a system call)
+    per batch of lines instead of per line (a tenth of an exact hit's CPU went to flushing its line)."""
+
+    MAX_BATCH = 64
+
+    def __init__(
+        self, records: queue.SimpleQueue[logging.LogRecord | None], handler: logging.StreamHandler[Any]
+    ):
+        super().__init__(records, handler)
+        self.records = records
+        self.stream_handler = handler
+
+    def _monitor(self) -> None:
+        """Until the sentinel (None, `QueueListener.stop`): wait for a record, take what queued behind it."""
+        while True:
+            batch = [self.records.get()]
+            while batch[-1] is not None and len(batch) < self.MAX_BATCH:
+                try:
+                    batch.append(self.records.get_nowait())
+                except queue.Empty:
+                    break
+            lines = [self._line(self.stream_handler, record) for record in batch if record is not None]
+            text = "".join(line for line in lines if line is not None)
+            if text:
+                with contextlib.suppress(Exception):  # as logging does: a failed write never stops the writer
+                    self.stream_handler.stream.write(text)
+                    self.stream_handler.flush()
+            if batch[-1] is None:
+                return
+
+    @staticmethod
+    def _line(handler: logging.StreamHandler[Any], record: logging.LogRecord) -> str | None:
+        if record.levelno < handler.level or not handler.filter(record):
+            return None
+        try:
+            return handler.format(record) + handler.terminator
+        except Exception:
+            handler.handleError(record)
+            return None
 
 
 def _drain(listener: QueueListener) -> None:

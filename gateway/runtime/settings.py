@@ -205,6 +205,11 @@ class Settings(BaseSettings):
     cache_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     """How long a stored answer lives unless the request's `max-age` says less."""
 
+    exact_memo_revalidate_s: float = Field(default=1.0, ge=0.0)
+    """A request answered by an exact hit is answered again from an in-process copy (no parsing, no Redis)
+    while no entry of its scope was deleted or replaced, reading the entry again from Redis at most this
+    many seconds apart (what no change event tells: an entry evicted or deleted by hand). 0: no copies."""
+
     store_truncated: bool = True
     """Store answers cut off by `max_tokens` (`finish_reason: length`) too. `max_tokens` is part of the cache
     scope, so the stored answer is what the same request gets from the backend; `false` opts out."""

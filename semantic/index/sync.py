@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 from redis.exceptions import RedisError
 
+from semantic.index.epochs import ChangeEpochs
 from semantic.index.scope_index import RebuildJob, ScopeIndex
 from semantic.index.vector_index import IndexBuilder, IndexConfig, RebuildProgress, VectorIndex
 from semantic.store.changes import START, Change, StreamId
@@ -48,6 +49,7 @@ class IndexSync:
         self.block_ms = block_ms
         self.index = VectorIndex(config)
         self.applied = 0  # events applied by the follower, for tests and metrics
+        self.epochs = ChangeEpochs()
         self._after: StreamId = START
         self._generation = 0
         self._expiries: list[tuple[float, str, str]] = []  # heap of (expires, scope id, entry id)
@@ -132,6 +134,7 @@ class IndexSync:
         self.index, self._expiries = fresh, expiries
         self._after = tail
         self._generation += 1
+        self.epochs.all_moved()
         self._start_due_rebuilds()  # a scope that grew past the threshold while we read it
         return len(fresh)
 
@@ -143,6 +146,7 @@ class IndexSync:
                 heapq.heappush(self._expiries, (change.expires, change.scope_id, change.entry_ids[0]))
         elif change.op == "delete":
             self.index.remove(change.scope_id, list(change.entry_ids))
+            self.epochs.moved(change.scope_id)
         self._start_due_rebuilds()
 
     def add_local(self, scope_id: str, entry_id: str, vector: np.ndarray, expires: float | None) -> None:
@@ -165,6 +169,7 @@ class IndexSync:
     def remove_local(self, scope_id: str, entry_ids: list[str]) -> int:
         """Drop entries this process found gone or purged, without waiting for the stream."""
         removed = self.index.remove(scope_id, entry_ids)
+        self.epochs.moved(scope_id)
         self._start_due_rebuilds()
         return removed
 

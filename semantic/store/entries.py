@@ -93,7 +93,9 @@ class EntryStore(Protocol):
         tags: Sequence[str],
         replace_before: float = 0.0,
     ) -> tuple[str, bool]: ...
-    async def get_exact(self, scope: RequestScope, min_created: float) -> CacheEntry | None: ...
+    async def get_exact(
+        self, scope: RequestScope, min_created: float, hits: int = 1
+    ) -> CacheEntry | None: ...
     async def get_many(self, scope_id: str, entry_ids: Sequence[str]) -> list[CacheEntry | None]: ...
     async def record_hit(self, scope_id: str, entry_id: str) -> None: ...
     async def remember(self, scope: RequestScope, entry_id: str) -> bool: ...
@@ -177,12 +179,14 @@ class RedisEntryStore:
             await self.feed.publish_add(scope.scope_id, entry_id, vector, expires)
         return entry_id, True
 
-    async def get_exact(self, scope: RequestScope, min_created: float = 0.0) -> CacheEntry | None:
-        """The entry stored under the scope's exact key, if created at or after `min_created`; counts a hit."""
+    async def get_exact(
+        self, scope: RequestScope, min_created: float = 0.0, hits: int = 1
+    ) -> CacheEntry | None:
+        """The entry stored under the scope's exact key, if created at or after `min_created`; counts `hits`
+        hits (those an in-process copy served since it was last read, and this one)."""
         keys = [self._exact_key(scope.scope_id, scope.exact_key)]
-        values = await self._get_exact(
-            keys=keys, args=[self._entry_key(scope.scope_id, ""), repr(min_created), *ENTRY_FIELDS]
-        )
+        args: list[EncodableT] = [self._entry_key(scope.scope_id, ""), repr(min_created), hits, *ENTRY_FIELDS]
+        values = await self._get_exact(keys=keys, args=args)
         return None if not values else _entry(values)
 
     async def get_many(self, scope_id: str, entry_ids: Sequence[str]) -> list[CacheEntry | None]:

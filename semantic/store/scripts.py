@@ -51,8 +51,8 @@ end
 return {ARGV[1], replaced}
 """
 
-# KEYS: exact key.  ARGV: entry-key prefix, min created, then the fields to return.
-# Returns the fields of the live entry under the exact key (counting a hit), or nil.
+# KEYS: exact key.  ARGV: entry-key prefix, min created, hits to count, then the fields to return.
+# Returns the fields of the live entry under the exact key (counting the hits), or nil.
 GET_EXACT = """
 local entry_id = redis.call('GET', KEYS[1])
 if not entry_id then
@@ -63,8 +63,8 @@ local created = redis.call('HGET', key, 'created')
 if not created or tonumber(created) < tonumber(ARGV[2]) then
   return nil
 end
-redis.call('HINCRBY', key, 'hits', 1)
-return redis.call('HMGET', key, unpack(ARGV, 3))
+redis.call('HINCRBY', key, 'hits', ARGV[3])
+return redis.call('HMGET', key, unpack(ARGV, 4))
 """
 
 # KEYS: exact key of another wording, entry key, the entry's alias set, that wording's vetoes.  ARGV: entry
