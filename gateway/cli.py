@@ -170,7 +170,10 @@ def _export_for_onnx(settings: Settings) -> None:
             resolve_embedder(settings.embedder), settings.inference_runtime, settings.export_dir
         )
         load_served_rule(
-            settings.data_dir, runtime=settings.inference_runtime, export_dir=settings.export_dir
+            settings.data_dir,
+            runtime=settings.inference_runtime,
+            export_dir=settings.export_dir,
+            multilingual_verifier_now=True,
         )
     console.print(f"embedder and verifiers: {embedder.runtime.runtime} ({embedder.runtime.reason})")
 

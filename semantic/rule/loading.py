@@ -16,6 +16,7 @@ from semantic.rule.calibrated_rule import CalibratedRule, PairScorer
 from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.language_routed_rule import LanguageRoutedRule
 from semantic.rule.profiles import ENGLISH, MULTILINGUAL, LanguageProfile
+from semantic.verifier.on_first_pair import LoadsOnFirstPair
 
 USER_CALIBRATION_NAME = "calibration.json"
 
@@ -29,9 +30,11 @@ def load_rule(
     runtime: str = "auto",
     export_dir: Path | None = None,
     threads: int = 1,
+    verifier_on_first_pair: bool = False,
 ) -> CalibratedRule:
     """`profile`'s rule: its calibration (the user's in `data_dir` first, where the profile has one) and,
-    unless `verifier` is given, its shipped verifier (`runtime`, `export_dir` and `threads`: how it runs)."""
+    unless `verifier` is given, its shipped verifier (`runtime`, `export_dir` and `threads`: how it runs),
+    loaded now or, with `verifier_on_first_pair`, when it first scores a pair (`verifier/on_first_pair.py`)."""
     path = calibration_path(data_dir, profile)
     calibration = profile.read_calibration(path)
     if verifier is None:
@@ -39,7 +42,8 @@ def load_rule(
             raise ValueError(
                 f"{path} was fitted for other {profile.verifier_label} weights{profile.refit_hint}"
             )
-        verifier = shipped_verifier(profile, runtime, export_dir, threads)
+        load = functools.partial(shipped_verifier, profile, runtime, export_dir, threads)
+        verifier = LoadsOnFirstPair(profile.verifier_label, load) if verifier_on_first_pair else load()
     profile.warm_guards()
     language.warm()
     return CalibratedRule(verifier, calibration, target_false_hit_rate, profile=profile)
@@ -52,9 +56,11 @@ def load_served_rule(
     runtime: str = "auto",
     export_dir: Path | None = None,
     threads: int = 1,
+    multilingual_verifier_now: bool = False,
 ) -> LanguageRoutedRule:
     """The rule kvgate serves with: the English rule (a user calibration in `data_dir` first) and the
-    multilingual rule for the languages it was calibrated on."""
+    multilingual rule for the languages it was calibrated on. The multilingual verifier (~200 MB) loads with
+    the first pair it judges, unless `multilingual_verifier_now`: English traffic never pays for it."""
     english = load_rule(
         data_dir, target_false_hit_rate, runtime=runtime, export_dir=export_dir, threads=threads
     )
@@ -65,6 +71,7 @@ def load_served_rule(
         runtime=runtime,
         export_dir=export_dir,
         threads=threads,
+        verifier_on_first_pair=not multilingual_verifier_now,
     )
     return LanguageRoutedRule(english, multilingual)
 

@@ -1,0 +1,61 @@
+"""A verifier loaded on its first pair (semantic/verifier/on_first_pair.py): once, then as if loaded at start."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from semantic.rule.loading import load_served_rule, shipped_verifier
+from semantic.rule.profiles import MULTILINGUAL
+from semantic.verifier.on_first_pair import LoadsOnFirstPair
+
+
+class CountingVerifier:
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]:
+        self.calls += 1
+        return np.full(len(pairs), 0.5, dtype=np.float32)
+
+
+def test_loads_once_on_the_first_pair_even_from_many_threads() -> None:
+    loads: list[CountingVerifier] = []
+
+    def load() -> CountingVerifier:
+        time.sleep(0.05)  # long enough for the threads to meet at the lock
+        loads.append(CountingVerifier())
+        return loads[-1]
+
+    verifier = LoadsOnFirstPair("counting", load)
+    assert not verifier.loaded and loads == []
+    threads = [threading.Thread(target=verifier.probabilities, args=([("a", "b")],)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert verifier.loaded and len(loads) == 1 and loads[0].calls == 8
+
+
+def test_the_served_multilingual_verifier_loads_on_its_first_pair_and_scores_as_the_shipped_one() -> None:
+    rule = load_served_rule()
+    lazy = rule.multilingual.verifier
+    assert isinstance(lazy, LoadsOnFirstPair) and not lazy.loaded
+    pairs = [
+        ("¿Cómo cambio mi contraseña?", "¿Cómo puedo cambiar mi contraseña?"),
+        ("Wie spät ist es?", "Wie alt bist du?"),
+    ]
+
+    scores = lazy.probabilities(pairs)
+
+    assert lazy.loaded
+    np.testing.assert_array_equal(scores, shipped_verifier(MULTILINGUAL).probabilities(pairs))
