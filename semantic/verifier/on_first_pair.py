@@ -44,5 +44,7 @@ class LoadsOnFirstPair:
                 verifier = self._verifier
         return verifier
 
-    def probabilities(self, pairs: Sequence[tuple[str, str]], batch_size: int = 64) -> npt.NDArray[np.float32]:
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    ) -> npt.NDArray[np.float32]:
         return self.load_now().probabilities(pairs, batch_size)
