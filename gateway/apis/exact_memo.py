@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from gateway.api.errors import KvgateError
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from gateway.apis.exchange import Exchange
 
 MemoKey = tuple[str, bytes, bytes]
-"""(path, the `Authorization` header's bytes, the body's bytes)."""
+"""(path, the credential's bytes (`credential()`), the body's bytes)."""
 
 DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -72,9 +73,14 @@ class ExactMemo:
         self.served = 0  # for tests and the note: answers given from a copy
         self._copies: dict[MemoKey, _Copy] = {}
         self._bytes = 0
+        self._paths: dict[str, int] = {}  # copies per path
 
     def __len__(self) -> int:
         return len(self._copies)
+
+    def keeps(self, path: str) -> bool:
+        """Whether a copy of a request to `path` is kept (else its body is not worth reading here)."""
+        return path in self._paths
 
     def learn(
         self, api: CompletionApi[Any], exchange: Exchange[Any], answer: CachedAnswer, body: bytes
@@ -94,9 +100,10 @@ class ExactMemo:
             or not plain_headers(exchange.http.scope["headers"])
         ):
             return
-        key = (exchange.http.scope["path"], authorization(exchange.http.scope["headers"]), body)
+        key = (exchange.http.scope["path"], credential(exchange.http.scope["headers"]), body)
         size = len(body) + len(answer.answer.whole_json) + len(lookup.entry.prompt) + 1024
         self._drop(key)
+        self._paths[key[0]] = self._paths.get(key[0], 0) + 1
         self._copies[key] = _Copy(
             api,
             exchange.request,
@@ -113,14 +120,14 @@ class ExactMemo:
             self._drop(next(iter(self._copies)))
 
     async def answer(
-        self, key: MemoKey, state: Any, started: float, authorization_value: str | None
+        self, key: MemoKey, headers: list[tuple[bytes, bytes]], state: Any, started: float
     ) -> Response | None:
         """The answer from a good copy (logged and counted), or None: the pipeline answers."""
         copy = self._copies.get(key)
         if copy is None:
             return None
         try:
-            tenant = state.keys.tenant_for(authorization_value).name
+            tenant = state.keys.tenant_for(copy.api.credentials(Headers(raw=headers))).name
         except KvgateError:
             return None  # the key was revoked: the pipeline says so
         service = state.service
@@ -178,6 +185,11 @@ class ExactMemo:
         copy = self._copies.pop(key, None)
         if copy is not None:
             self._bytes -= copy.size
+            left = self._paths[key[0]] - 1
+            if left:
+                self._paths[key[0]] = left
+            else:
+                del self._paths[key[0]]
 
 
 def plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -186,8 +198,12 @@ def plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
     return not any(name == b"cache-control" or name.startswith(b"x-kvgate-") for name, _ in headers)
 
 
-def authorization(headers: list[tuple[bytes, bytes]]) -> bytes:
+def credential(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """What names the caller, as bytes: `Authorization`, else Anthropic's `x-api-key` (marked apart)."""
+    api_key = b""
     for name, value in headers:
         if name == b"authorization":
             return value
-    return b""
+        if name == b"x-api-key":
+            api_key = b"x-api-key " + value
+    return api_key

@@ -10,7 +10,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.apis.exact_memo import ExactMemo
+from gateway.apis.exact_memo import ExactMemo, credential
 
 logger = logging.getLogger("kvgate.exact_memo")
 
@@ -26,10 +26,11 @@ class ExactHitPath:
         started = time.perf_counter()
         state = scope["app"].state
         memo: ExactMemo | None = getattr(state, "exact_memo", None)
-        if memo is None or not len(memo):
+        if memo is None or not memo.keeps(scope["path"]):
             await self.app(scope, receive, send)
             return
-        length, authorization = _read_headers(scope["headers"])
+        headers = scope["headers"]
+        length = _plain_length(headers)
         if length is None or length > memo.max_body:
             await self.app(scope, receive, send)
             return
@@ -43,12 +44,8 @@ class ExactHitPath:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 try:
-                    response = await memo.answer(
-                        (scope["path"], authorization or b"", bytes(body)),
-                        state,
-                        started,
-                        authorization.decode("latin-1") if authorization is not None else None,
-                    )
+                    key = (scope["path"], credential(headers), bytes(body))
+                    response = await memo.answer(key, headers, state, started)
                 except Exception:  # a fault of the memo's is never the client's: the stack answers
                     logger.exception("the exact-hit memo failed; answering through the pipeline")
                     response = None
@@ -59,21 +56,18 @@ class ExactHitPath:
         await self.app(scope, _replayed(messages, receive), send)
 
 
-def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[int | None, bytes | None]:
-    """(Content-Length, Authorization); no length for a request the memo never answers: one with a header
-    that changes how the cache answers, or with no or a bad Content-Length (chunked)."""
+def _plain_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The Content-Length of a request the memo may answer; None for one with a header that changes how the
+    cache answers (`Cache-Control`, `x-kvgate-*`), or with no or a bad Content-Length (chunked)."""
     length: int | None = None
-    authorization: bytes | None = None
     for name, value in headers:
         if name == b"content-length":
-            length = int(value) if value.isdigit() else None
-            if length is None:
-                return None, None
-        elif name == b"authorization":
-            authorization = value
+            if not value.isdigit():
+                return None
+            length = int(value)
         elif name == b"cache-control" or name.startswith(b"x-kvgate-"):
-            return None, None
-    return length, authorization
+            return None
+    return length
 
 
 def _replayed(messages: list[Message], receive: Receive) -> Receive:

@@ -16,7 +16,7 @@ from semantic.rule.calibrated_rule import CalibratedRule, PairScorer
 from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, file_sha256
 from semantic.rule.language_routed_rule import LanguageRoutedRule
 from semantic.rule.profiles import ENGLISH, MULTILINGUAL, LanguageProfile
-from semantic.verifier.on_first_pair import LoadsOnFirstPair
+from semantic.rule.verifier_on_first_pair import LoadsOnFirstPair
 
 USER_CALIBRATION_NAME = "calibration.json"
 
@@ -34,7 +34,7 @@ def load_rule(
 ) -> CalibratedRule:
     """`profile`'s rule: its calibration (the user's in `data_dir` first, where the profile has one) and,
     unless `verifier` is given, its shipped verifier (`runtime`, `export_dir` and `threads`: how it runs),
-    loaded now or, with `verifier_on_first_pair`, when it first scores a pair (`verifier/on_first_pair.py`)."""
+    loaded now or, with `verifier_on_first_pair`, when it first scores a pair (`verifier_on_first_pair.py`)."""
     path = calibration_path(data_dir, profile)
     calibration = profile.read_calibration(path)
     if verifier is None:
@@ -43,7 +43,7 @@ def load_rule(
                 f"{path} was fitted for other {profile.verifier_label} weights{profile.refit_hint}"
             )
         load = functools.partial(shipped_verifier, profile, runtime, export_dir, threads)
-        verifier = LoadsOnFirstPair(profile.verifier_label, load) if verifier_on_first_pair else load()
+        verifier = LoadsOnFirstPair(profile.verifier_name, load) if verifier_on_first_pair else load()
     profile.warm_guards()
     language.warm()
     return CalibratedRule(verifier, calibration, target_false_hit_rate, profile=profile)

@@ -58,6 +58,7 @@ class LanguageProfile:
     network: NetworkFactory
     embedder: Callable[[int], Embedder]  # threads -> the embedder of this profile's prompts
     verifier_label: str  # "a calibration fitted for other {verifier_label} weights"
+    verifier_name: str  # its network's name (`PairNetwork.name`), known before the weights load
     refit_hint: str  # what to do then
 
     def verifier(
@@ -117,6 +118,7 @@ ENGLISH = LanguageProfile(
     network=_minilm,
     embedder=_minilm_embedder,
     verifier_label="verifier",
+    verifier_name="minilm-cross-encoder",
     refit_hint="; run `kvgate calibrate` again",
 )
 MULTILINGUAL = LanguageProfile(
@@ -131,5 +133,6 @@ MULTILINGUAL = LanguageProfile(
     network=_e5,
     embedder=_e5_embedder,
     verifier_label="multilingual verifier",
+    verifier_name="multilingual-e5-small-verifier",
     refit_hint="",
 )

@@ -202,3 +202,32 @@ def test_no_memo_when_switched_off(tmp_path: Path) -> None:
         answers = [ask(client).headers["x-kvgate-cache"] for _ in range(3)]
         assert client.app.state.exact_memo is None  # type: ignore[attr-defined]
     assert answers == ["miss", "exact-hit", "exact-hit"]
+
+
+def test_the_memo_keeps_within_its_bytes_oldest_out_first(client: TestClient) -> None:
+    memo = client.app.state.exact_memo  # type: ignore[attr-defined]
+    memo.max_bytes = 2_500  # room for one copy of these requests (body, answer, prompt and 1 KB each)
+    for content in ("First question?", "Second question?"):
+        for _ in range(2):
+            ask(client, content)
+    assert len(memo) == 1
+    assert ask(client, "Second question?").headers["x-kvgate-cache"] == "exact-hit"
+    assert memo.served == 1
+    assert ask(client, "First question?").headers["x-kvgate-cache"] == "exact-hit"  # through the pipeline
+    assert memo.served == 1
+
+
+def test_messages_callers_named_by_x_api_key_are_told_apart(
+    client: TestClient, backend: ScriptedBackend
+) -> None:
+    body = {"model": "fake-model", "max_tokens": 32, "messages": [{"role": "user", "content": QUESTION}]}
+
+    def ask_messages(key: str) -> Response:
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        return client.post("/v1/messages", json=body, headers=headers)
+
+    kinds = [ask_messages("key-alpha").headers["x-kvgate-cache"] for _ in range(3)]
+    assert kinds == ["miss", "exact-hit", "exact-hit"] and served_from_memo(client) == 1
+    assert ask_messages("key-beta").headers["x-kvgate-cache"] == "miss"
+    assert ask_messages("wrong").status_code == 401
+    assert len(backend.calls) == 2

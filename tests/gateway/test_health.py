@@ -20,7 +20,7 @@ def test_healthz_reports_embedded_store_and_default_models(tmp_path: Path) -> No
     assert body["multilingual"] == {
         "languages": ["de", "es", "fr", "ja", "ru", "zh"],
         "embedder": {"name": "multilingual-e5-small-q4", "dimension": 384},
-        "verifier": {"name": "multilingual-e5-small-verifier", "runtime": "torch"},
+        "verifier": {"name": "multilingual-e5-small-verifier", "loaded": False, "runtime": None},
     }
     assert body["semantic_languages"] == ["de", "en", "es", "fr", "ja", "ru", "zh"]
     assert body["generator"]["kind"] == "gguf" and body["generator"]["present"] is True

@@ -86,8 +86,16 @@ def _multilingual(cache: Any) -> dict[str, object] | None:
     return {
         "languages": list(cache.rule.multilingual.languages),
         "embedder": {"name": embedder.name, "dimension": embedder.dimension},
-        "verifier": {"name": str(rule.name), "runtime": "torch"},
+        "verifier": _multilingual_verifier(rule),
     }
+
+
+def _multilingual_verifier(verifier: Any) -> dict[str, Any]:
+    """Its name, and where it runs once loaded: it loads with the first pair it judges."""
+    choice = getattr(verifier, "runtime", None)
+    if choice is None:
+        return {"name": str(verifier.name), "loaded": False, "runtime": None}
+    return {"name": str(verifier.name), "loaded": True, "runtime": choice.runtime, "reason": choice.reason}
 
 
 def _verifier(rule: Any) -> dict[str, str] | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from semantic.embedding.onnx_runtime import RuntimeChoice
 from semantic.rule.calibrated_rule import PairScorer
 
 
@@ -34,6 +35,12 @@ class LoadsOnFirstPair:
     @property
     def loaded(self) -> bool:
         return self._verifier is not None
+
+    @property
+    def runtime(self) -> RuntimeChoice | None:
+        """Where it runs once loaded (None before)."""
+        runtime: RuntimeChoice | None = getattr(self._verifier, "runtime", None)
+        return runtime
 
     def load_now(self) -> PairScorer:
         verifier = self._verifier

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from semantic.rule.loading import load_served_rule, shipped_verifier
 from semantic.rule.profiles import MULTILINGUAL
-from semantic.verifier.on_first_pair import LoadsOnFirstPair
+from semantic.rule.verifier_on_first_pair import LoadsOnFirstPair
 
 
 class CountingVerifier:
@@ -49,7 +49,7 @@ def test_loads_once_on_the_first_pair_even_from_many_threads() -> None:
 def test_the_served_multilingual_verifier_loads_on_its_first_pair_and_scores_as_the_shipped_one() -> None:
     rule = load_served_rule()
     lazy = rule.multilingual.verifier
-    assert isinstance(lazy, LoadsOnFirstPair) and not lazy.loaded
+    assert isinstance(lazy, LoadsOnFirstPair) and not lazy.loaded and lazy.runtime is None
     pairs = [
         ("¿Cómo cambio mi contraseña?", "¿Cómo puedo cambiar mi contraseña?"),
         ("Wie spät ist es?", "Wie alt bist du?"),
@@ -57,5 +57,6 @@ def test_the_served_multilingual_verifier_loads_on_its_first_pair_and_scores_as_
 
     scores = lazy.probabilities(pairs)
 
-    assert lazy.loaded
-    np.testing.assert_array_equal(scores, shipped_verifier(MULTILINGUAL).probabilities(pairs))
+    shipped = shipped_verifier(MULTILINGUAL)
+    assert lazy.loaded and lazy.name == shipped.name and lazy.runtime == shipped.runtime
+    np.testing.assert_array_equal(scores, shipped.probabilities(pairs))
