@@ -240,6 +240,7 @@ class SemanticCache:
             undecided = []
             verdicts = [verdict or Verdict(False, 0.0, "not judged") for verdict in verdicts]
         if undecided:
+            await _verifier_loaded(self.rule, prompt)
             judged = await asyncio.gather(*(self.judges.submit(questions[index]) for index in undecided))
             for index, verdict in zip(undecided, judged, strict=True):
                 verdicts[index] = verdict
@@ -364,6 +365,15 @@ def judge_questions(rule: HitRule, questions: list[Question]) -> list[Verdict]:
         for row, verdict in zip(rows, judged, strict=True):
             verdicts[row] = verdict
     return [verdict for verdict in verdicts if verdict is not None]
+
+
+async def _verifier_loaded(rule: HitRule, query: str) -> None:
+    """Wait, on the loop, for a verifier that loads with its first pair (the multilingual one), so that the
+    inference thread never waits for it and the lookups queued there go on meanwhile."""
+    loading = getattr(rule, "verifier_loading", None)
+    future = loading(query) if loading is not None else None
+    if future is not None:
+        await asyncio.wrap_future(future)
 
 
 def _ms_since(started: float) -> float:

@@ -8,10 +8,13 @@ languages it did not measure. Both are `CalibratedRule`s, built from their profi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
 
 from semantic.guards import language
 from semantic.rule.calibrated_rule import CalibratedRule
 from semantic.rule.verdict import ByBatch, HitRule, Verdict
+from semantic.rule.verifier_on_first_pair import LoadsOnFirstPair
 
 
 class LanguageRoutedRule(ByBatch):
@@ -72,6 +75,14 @@ class LanguageRoutedRule(ByBatch):
     ) -> Verdict | None:
         rule: HitRule = self.multilingual if self._routed(query) else self.english
         return rule.quick_verdict(query, candidate, similarity, strictness)
+
+    def verifier_loading(self, query: str) -> Future[Any] | None:
+        """The multilingual verifier's load, when `query` would reach it before it has loaded (it loads with
+        the first pair it judges: `verifier_on_first_pair.py`); None when there is nothing to wait for."""
+        verifier = self.multilingual.verifier
+        if not self._routed(query) or not isinstance(verifier, LoadsOnFirstPair) or verifier.loaded:
+            return None
+        return verifier.loading()
 
     def _routed(self, query: str) -> bool:
         return language.language_of(query) in self.multilingual.languages

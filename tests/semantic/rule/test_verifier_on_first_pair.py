@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from semantic.rule.loading import load_served_rule, shipped_verifier
 from semantic.rule.profiles import MULTILINGUAL
@@ -60,3 +61,44 @@ def test_the_served_multilingual_verifier_loads_on_its_first_pair_and_scores_as_
     shipped = shipped_verifier(MULTILINGUAL)
     assert lazy.loaded and lazy.name == shipped.name and lazy.runtime == shipped.runtime
     np.testing.assert_array_equal(scores, shipped.probabilities(pairs))
+
+
+def test_loading_runs_once_on_a_thread_of_its_own() -> None:
+    threads: list[str] = []
+
+    def load() -> CountingVerifier:
+        threads.append(threading.current_thread().name)
+        return CountingVerifier()
+
+    verifier = LoadsOnFirstPair("counting", load)
+    first, second = verifier.loading(), verifier.loading()
+
+    assert first is second
+    assert isinstance(first.result(timeout=10), CountingVerifier) and verifier.loaded
+    assert threads and threads[0] != threading.current_thread().name and len(threads) == 1
+
+
+def test_a_failed_load_is_seen_by_its_waiters_and_tried_again() -> None:
+    attempts: list[int] = []
+
+    def load() -> CountingVerifier:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("weights missing")
+        return CountingVerifier()
+
+    verifier = LoadsOnFirstPair("counting", load)
+    failed = verifier.loading()
+    with pytest.raises(OSError):
+        failed.result(timeout=10)
+    assert not verifier.loaded
+    assert isinstance(verifier.loading().result(timeout=10), CountingVerifier)
+
+
+def test_the_served_rule_asks_a_lookup_to_wait_only_for_a_pair_bound_for_the_unloaded_verifier() -> None:
+    rule = load_served_rule()
+    assert rule.verifier_loading("How do I reset my router?") is None  # English: its verifier loaded at start
+    loading = rule.verifier_loading("¿Cómo cambio la contraseña de mi correo electrónico?")
+    assert loading is not None
+    loading.result(timeout=120)
+    assert rule.verifier_loading("¿Cómo cambio la contraseña de mi correo electrónico?") is None
