@@ -38,8 +38,15 @@ class Capital(BaseModel):
 
 
 class Proxy:
-    def __init__(self, kvgate: openai.OpenAI, direct: openai.OpenAI, calls: list[dict[str, Any]]) -> None:
-        self.kvgate, self.direct, self.calls = kvgate, direct, calls
+    def __init__(
+        self, kvgate: openai.OpenAI, direct: openai.OpenAI, calls: list[dict[str, Any]], app: Any
+    ) -> None:
+        self.kvgate, self.direct, self.calls, self.app = kvgate, direct, calls, app
+
+    @property
+    def served_from_memo(self) -> int:
+        """Exact hits answered from the in-process copy (gateway/apis/exact_memo.py)."""
+        return int(self.app.state.exact_memo.served)
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +56,13 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
         settings = make_settings(
             tmp_path_factory.mktemp("proxy"), api_keys=None, upstream_url=upstream_url + "/v1"
         )
+        app = create_app(settings)
         with (
-            serve(create_app(settings)) as url,
+            serve(app) as url,
             openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0) as kvgate,
             openai.OpenAI(base_url=upstream_url + "/v1", api_key="x", max_retries=0) as direct,
         ):
-            yield Proxy(kvgate, direct, calls)
+            yield Proxy(kvgate, direct, calls, app)
 
 
 def same_but_ids(first: BaseModel, second: BaseModel) -> bool:
@@ -62,13 +70,21 @@ def same_but_ids(first: BaseModel, second: BaseModel) -> bool:
 
 
 def chat_twice(proxy: Proxy, **request: Any) -> tuple[Any, Any, Any]:
-    """The direct answer, then kvgate's miss and its exact hit (checked: the hit did not reach the upstream)."""
+    """The direct answer, then kvgate's miss and its exact hit (checked: the hit did not reach the upstream),
+    and the same hit once more, answered from the in-process copy: the same object but for the ids."""
     direct = proxy.direct.chat.completions.create(model=MODEL, **request)
     miss = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
     calls = len(proxy.calls)
     hit = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
     assert miss.headers["x-kvgate-cache"] == "miss"
     assert hit.headers["x-kvgate-cache"] == "exact-hit" and len(proxy.calls) == calls
+    served = proxy.served_from_memo
+    copied = proxy.kvgate.chat.completions.with_raw_response.create(model=MODEL, **request)
+    assert copied.headers["x-kvgate-cache"] == "exact-hit" and len(proxy.calls) == calls
+    assert proxy.served_from_memo == served + 1
+    assert copied.parse().model_dump(exclude={"id", "created"}) == hit.parse().model_dump(
+        exclude={"id", "created"}
+    )
     return direct, miss.parse(), hit.parse()
 
 
