@@ -81,11 +81,12 @@ class CompletionApi(ABC, Generic[Body]):
             exchange.admit,
             self.upstream_headers(exchange.http.headers, service.backend),
         )
+        moves = service.cache.epochs.moves  # before the lookup: a copy of what it read must predate any move
         answer = await service.answer(call)
         reply = await self.render(request, answer, exchange.state)
         memo = getattr(exchange.state, "exact_memo", None)
         if memo is not None and isinstance(answer, CachedAnswer):
-            memo.learn(self, exchange, answer, await exchange.http.body())
+            memo.learn(self, exchange, answer, await exchange.http.body(), moves)
         return reply
 
     async def render(self, request: Body, answer: CachedAnswer | LiveAnswer, state: Any) -> Reply:

@@ -83,14 +83,21 @@ class ExactMemo:
         return path in self._paths
 
     def learn(
-        self, api: CompletionApi[Any], exchange: Exchange[Any], answer: CachedAnswer, body: bytes
+        self,
+        api: CompletionApi[Any],
+        exchange: Exchange[Any],
+        answer: CachedAnswer,
+        body: bytes,
+        moves_before: int,
     ) -> None:
         """After the pipeline answered `exchange` with `answer`: keep a copy if the same bytes may be answered
-        from it the same way."""
+        from it the same way. `moves_before`: the change epochs' moves before the lookup read the entry; if any
+        entry anywhere went or was replaced since, the copy is not kept (it could hold what was deleted)."""
         state = exchange.state
         lookup, scope = answer.lookup, answer.scope
         if (
-            lookup.kind is not LookupKind.EXACT_HIT
+            state.service.cache.epochs.moves != moves_before
+            or lookup.kind is not LookupKind.EXACT_HIT
             or scope is None
             or lookup.entry is None
             or lookup.entry.exact_key != scope.exact_key  # another wording's remembered hit: its record

@@ -12,6 +12,8 @@ class ChangeEpochs:
     def __init__(self) -> None:
         self._all = 0
         self._scopes: dict[str, int] = {}
+        self.moves = 0
+        """Every move of any scope so far: read before a lookup, it says whether anything moved during it."""
 
     def of(self, scope_id: str) -> Epoch:
         return self._all, self._scopes.get(scope_id, 0)
@@ -19,8 +21,10 @@ class ChangeEpochs:
     def moved(self, scope_id: str) -> None:
         """An entry of `scope_id` may have gone or been replaced."""
         self._scopes[scope_id] = self._scopes.get(scope_id, 0) + 1
+        self.moves += 1
 
     def all_moved(self) -> None:
         """Any entry may have gone (a rebuild after missed events)."""
         self._all += 1
+        self.moves += 1
         self._scopes.clear()  # bounded by the scopes deleted from between two rebuilds

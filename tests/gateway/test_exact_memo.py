@@ -231,3 +231,21 @@ def test_messages_callers_named_by_x_api_key_are_told_apart(
     assert ask_messages("key-beta").headers["x-kvgate-cache"] == "miss"
     assert ask_messages("wrong").status_code == 401
     assert len(backend.calls) == 2
+
+
+def test_no_copy_is_kept_of_a_hit_read_while_an_entry_went(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge between the lookup's read and the answer: what the lookup read may be gone, so no copy."""
+    service = client.app.state.service  # type: ignore[attr-defined]
+    answer = service.answer
+
+    async def answer_then_an_entry_goes(call: Any) -> Any:
+        answered = await answer(call)
+        service.cache.epochs.moved("some other scope")
+        return answered
+
+    monkeypatch.setattr(service, "answer", answer_then_an_entry_goes)
+    kinds = [ask(client).headers["x-kvgate-cache"] for _ in range(3)]
+    assert kinds == ["miss", "exact-hit", "exact-hit"]
+    assert len(client.app.state.exact_memo) == 0 and served_from_memo(client) == 0  # type: ignore[attr-defined]
