@@ -104,7 +104,7 @@ class ExactMemo:
             or state.tracing.enabled
             or len(body) > self.max_body
             or state.limiter.policy.limits_for(exchange.tenant) != (None, None)
-            or not plain_headers(exchange.http.scope["headers"])
+            or servable_length(exchange.http.scope["headers"]) is None
         ):
             return
         key = (exchange.http.scope["path"], credential(exchange.http.scope["headers"]), body)
@@ -140,15 +140,13 @@ class ExactMemo:
         service = state.service
         if tenant != copy.tenant or not service.backend.serves_model(copy.model):
             return None
-        answer = copy.answer
-        scope, lookup = answer.scope, answer.lookup
-        assert scope is not None and lookup.entry is not None
-        expires = lookup.entry.expires
-        if expires is not None and time.time() >= expires:
+        answer, lookup = copy.answer, copy.lookup
+        scope, entry = answer.scope, lookup.entry
+        assert scope is not None and entry is not None
+        if entry.expires is not None and time.time() >= entry.expires:
             self._drop(key)
             return None
         now = time.monotonic()
-        lookup = copy.lookup
         if now - copy.read_at >= self.revalidate_s or service.cache.epochs.of(scope.scope_id) != copy.epoch:
             if not await self._read_again(key, copy, service):
                 return None
@@ -199,10 +197,19 @@ class ExactMemo:
                 del self._paths[key[0]]
 
 
-def plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
-    """No header that changes how the cache answers: `Cache-Control`, `x-kvgate-*` (strictness, tags,
-    priority)."""
-    return not any(name == b"cache-control" or name.startswith(b"x-kvgate-") for name, _ in headers)
+def servable_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The Content-Length of a request a copy may answer; None for one with a header that changes how the
+    cache answers (`Cache-Control`, `x-kvgate-*`), or with no or a bad Content-Length (chunked). What the way
+    in reads before it reads a body, and what `learn` asks of a request before it keeps a copy."""
+    length: int | None = None
+    for name, value in headers:
+        if name == b"content-length":
+            if not value.isdigit():
+                return None
+            length = int(value)
+        elif name == b"cache-control" or name.startswith(b"x-kvgate-"):
+            return None
+    return length
 
 
 def credential(headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -10,7 +10,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.apis.exact_memo import ExactMemo, credential
+from gateway.apis.exact_memo import ExactMemo, credential, servable_length
 
 logger = logging.getLogger("kvgate.exact_memo")
 
@@ -30,7 +30,7 @@ class ExactHitPath:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
-        length = _plain_length(headers)
+        length = servable_length(headers)
         if length is None or length > memo.max_body:
             await self.app(scope, receive, send)
             return
@@ -54,20 +54,6 @@ class ExactHitPath:
                     return
                 break
         await self.app(scope, _replayed(messages, receive), send)
-
-
-def _plain_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The Content-Length of a request the memo may answer; None for one with a header that changes how the
-    cache answers (`Cache-Control`, `x-kvgate-*`), or with no or a bad Content-Length (chunked)."""
-    length: int | None = None
-    for name, value in headers:
-        if name == b"content-length":
-            if not value.isdigit():
-                return None
-            length = int(value)
-        elif name == b"cache-control" or name.startswith(b"x-kvgate-"):
-            return None
-    return length
 
 
 def _replayed(messages: list[Message], receive: Receive) -> Receive:

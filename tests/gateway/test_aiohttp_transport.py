@@ -53,6 +53,20 @@ def chunk(data: bytes) -> bytes:
     return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
+def http_answer(status: str, headers: bytes, body: bytes) -> bytes:
+    """An HTTP/1.1 answer as bytes: the status, the given header lines (each ending CRLF), its length, its body."""
+    return (
+        b"HTTP/1.1 "
+        + status.encode()
+        + b"\r\n"
+        + headers
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
 def client(timeout: httpx.Timeout | None = None) -> httpx.AsyncClient:
     transport = AiohttpTransport(httpx.Limits(max_connections=4, keepalive_expiry=4.0))
     return httpx.AsyncClient(transport=transport, timeout=timeout or httpx.Timeout(5.0))
@@ -64,10 +78,8 @@ async def test_an_answer_and_its_headers_pass_through_unchanged() -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         seen.append(await read_request(reader))
         body = b'{"id": "x", "gzip-looking": "\\u00e9"}'
-        writer.write(
-            b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Upstream: a\r\nX-Upstream: b\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+        headers = b"Content-Type: application/json\r\nX-Upstream: a\r\nX-Upstream: b\r\n"
+        writer.write(http_answer("201 Created", headers, body))
         await writer.drain()
 
     async with raw_server(answer) as base, client() as http:
@@ -153,10 +165,8 @@ async def test_no_upstream_cookie_is_kept_or_sent_for_anyone() -> None:
         for _ in range(2):  # two requests on one kept-alive connection
             seen.append(await read_request(reader))
             body = b'{"data": [], "model": "m"}'
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nSet-Cookie: __cf_bm=tenant-a; Path=/\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
+            headers = b"Content-Type: application/json\r\nSet-Cookie: __cf_bm=tenant-a; Path=/\r\n"
+            writer.write(http_answer("200 OK", headers, body))
             await writer.drain()
 
     async with raw_server(set_cookie) as base:
