@@ -2,8 +2,9 @@
 
 The embedder and the shipped verifier score every pair, the guards and near-duplicates are marked as the rule
 reads them, and `fit_calibration` (`semantic/rule/calibration_fit.py`) fits the combiner and a threshold per
-target. With the hits reported through `/admin/feedback` (`evaluation/reported_pairs.py`), every one reported
-wrong is then refused.
+target. The pairs are scored as the shipped calibration's rule scores them: with its second opinion
+(`semantic/rule/second_opinion.py`) where it has one. With the hits reported through `/admin/feedback`
+(`evaluation/reported_pairs.py`), every one reported wrong is then refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from evaluation.reported_pairs import refuse_reported, reported_pairs
 from semantic.guards.language import pair_refusal
 from semantic.guards.near_duplicate import near_duplicate_reason
 from semantic.guards.registry import GUARDS_BY_NAME, first_veto
+from semantic.rule.calibrated_rule import PairScorer
 from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, Calibration, file_sha256
 from semantic.rule.calibration_fit import (
     DEFAULT_GUARDS,
@@ -26,7 +28,8 @@ from semantic.rule.calibration_fit import (
     fit_calibration,
     measured_languages,
 )
-from semantic.rule.profiles import ENGLISH
+from semantic.rule.profiles import ENGLISH, MULTILINGUAL
+from semantic.rule.second_opinion import SecondOpinion, SecondOpinionSettings
 
 
 def calibrate(
@@ -51,9 +54,14 @@ def calibrate(
     reported = reported_pairs(feedback) if feedback is not None else []
     reported_wrong = np.array([False] * len(pairs) + [pair.label == 0 for pair in reported], dtype=bool)
     pairs += reported
-    gate = low_cosine if low_cosine is not None else Calibration.load(ENGLISH.calibration).low_cosine
+    shipped = Calibration.load(ENGLISH.calibration)
+    gate = low_cosine if low_cosine is not None else shipped.low_cosine
     embedder = default_embedder()
-    verifier = ENGLISH.verifier()
+    # The shipped rule's scorer: the English verifier, with the second opinion where the shipped one has it.
+    verifier: PairScorer = ENGLISH.verifier()
+    if shipped.second_opinion is not None:
+        settings = SecondOpinionSettings.from_json(shipped.second_opinion)
+        verifier = SecondOpinion(verifier, MULTILINGUAL.verifier(), settings)
     similarities = np.zeros(len(pairs), dtype=np.float32)
     probabilities = np.zeros(len(pairs), dtype=np.float32)
     for start in range(0, len(pairs), 256):
@@ -105,6 +113,7 @@ def calibrate(
         fitted_on=fitted_on,
         languages=languages,
         combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
+        second_opinion=shipped.second_opinion,
     )
     judged = (similarities >= gate) & ~vetoed
     calibration = refuse_reported(

@@ -14,6 +14,7 @@ Cosines (per split) and verifier scores (per split and weights file) are cached 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +39,7 @@ from evaluation.scope_lookups import populated_scope, scope_lookups
 from evaluation.scoring import recall_at_precision, roc_auc, score_outcomes
 from semantic.guards.near_duplicate import near_duplicate_reason
 from semantic.guards.registry import ALL_GUARDS, GUARDS_BY_NAME, Guard
-from semantic.rule.calibrated_rule import CalibratedRule
+from semantic.rule.calibrated_rule import CalibratedRule, PairScorer
 from semantic.rule.calibration import DEFAULT_TARGET_FALSE_HIT_RATE, Calibration, file_sha256
 from semantic.rule.calibration_fit import (
     DEFAULT_GUARDS,
@@ -46,10 +47,10 @@ from semantic.rule.calibration_fit import (
     fit_calibration,
     set_false_hit_rates,
 )
-from semantic.rule.profiles import ENGLISH, SHIPPED_CALIBRATION
+from semantic.rule.profiles import ENGLISH, MULTILINGUAL, SHIPPED_CALIBRATION
 from semantic.rule.profiles import VERIFIER_WEIGHTS as WEIGHTS_FILE
+from semantic.rule.second_opinion import SecondOpinion, SecondOpinionSettings
 from semantic.rule.verdict import Verdict
-from semantic.verifier.pair_verifier import PairVerifier
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
@@ -112,6 +113,12 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--no-second-opinion",
+        action="store_true",
+        help="the English verifier alone (the default asks the multilingual one where it is unsure: "
+        "semantic/rule/second_opinion.py)",
+    )
+    parser.add_argument(
         "--guards",
         default=",".join(DEFAULT_GUARDS),
         help=f"comma-separated guards the calibrated rule applies (of {', '.join(GUARDS_BY_NAME)})",
@@ -123,17 +130,22 @@ def main() -> None:
         raise SystemExit(f"unknown guards {sorted(unknown)}")
     torch.set_num_threads(args.threads)
 
-    verifier = ENGLISH.verifier(args.weights)
+    verifier: PairScorer = ENGLISH.verifier(args.weights)
     sha = file_sha256(args.weights)
+    opinion = None if args.no_second_opinion else SecondOpinionSettings(file_sha256(MULTILINGUAL.weights))
+    # Cached scores are keyed by what produced them: the weights, and the second opinion's settings.
+    key = sha if opinion is None else hashlib.sha256(f"{sha} {opinion}".encode()).hexdigest()
+    if opinion is not None:
+        verifier = SecondOpinion(verifier, MULTILINGUAL.verifier(threads=args.threads), opinion)
     splits = {
         f"{name}/{part}": file_part(args.data_dir / file, part)
         for name, file in CALIBRATION_SETS
         for part in ("calibration", "test")
     }
     splits["mrpc/test"] = file_part(args.data_dir / MRPC_FILE, "test")
-    features = {name: cached_features(name, pairs, verifier, sha) for name, pairs in splits.items()}
+    features = {name: cached_features(name, pairs, verifier, key) for name, pairs in splits.items()}
     lookups = {
-        name: cached_lookup_features(name, splits[f"{name}/calibration"], verifier, sha)
+        name: cached_lookup_features(name, splits[f"{name}/calibration"], verifier, key)
         for name in LOOKUP_CALIBRATION_SETS
     }
 
@@ -181,6 +193,7 @@ def main() -> None:
         combiner_target=DEFAULT_TARGET_FALSE_HIT_RATE,
         sets=sets,
         set_bounds=DEFAULT_SET_BOUNDS,
+        second_opinion=None if opinion is None else opinion.to_json(),
     )
     by_set = set_false_hit_rates(
         calibration,
@@ -222,7 +235,7 @@ def main() -> None:
     report_latency(verifier, calibration, features["reviewed/test"])
 
 
-def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str) -> Features:
+def cached_features(name: str, pairs: list[LabelledPair], verifier: PairScorer, sha: str) -> Features:
     """Cosines (cached per split) and verifier probabilities (cached per split and weights) of one split.
 
     The verifier only scores pairs at or above the cosine gate: the rule never asks it about the others.
@@ -242,7 +255,7 @@ def cached_features(name: str, pairs: list[LabelledPair], verifier: PairVerifier
 
 
 def cached_lookup_features(
-    name: str, pairs: list[LabelledPair], verifier: PairVerifier, sha: str
+    name: str, pairs: list[LabelledPair], verifier: PairScorer, sha: str
 ) -> tuple[Features, npt.NDArray[np.int_]]:
     """The candidates of every lookup in the populated scope of `pairs` (`evaluation/scope_lookups.py`), as
     (candidate, query) pairs labelled by paraphrase groups, and each row's lookup id."""
@@ -346,21 +359,28 @@ def lookup_path_agrees(
     return verified
 
 
-def report_latency(verifier: PairVerifier, calibration: Calibration, features: Features) -> None:
-    """Wall time of one `judge` call on pairs that reach the verifier (the slow path of a semantic hit)."""
+def report_latency(verifier: PairScorer, calibration: Calibration, features: Features) -> None:
+    """Wall time of one `judge` call on pairs that reach the verifier (the slow path of a semantic hit);
+    with a second opinion, apart for the pairs it was asked on and the others."""
     rule = CalibratedRule(verifier, calibration)
-    band = [index for index in np.flatnonzero(features.cosines >= calibration.low_cosine)[:60]]
-    timings = []
-    for index in band:
+    band = [index for index in np.flatnonzero(features.cosines >= calibration.low_cosine)[:160]]
+    timings: dict[bool, list[float]] = {False: [], True: []}
+    for count, index in enumerate(band):
         pair = features.pairs[index]
+        asked_before = verifier.asked if isinstance(verifier, SecondOpinion) else 0
         started = time.perf_counter()
         rule.judge(pair.b, pair.a, float(features.cosines[index]))
-        timings.append((time.perf_counter() - started) * 1000)
-    timings = timings[10:]  # warm-up
-    print(
-        f"\njudge() through the verifier, {len(timings)} pairs, {torch.get_num_threads()} threads: "
-        f"p50 {np.percentile(timings, 50):.1f} ms, p99 {np.percentile(timings, 99):.1f} ms"
-    )
+        elapsed = (time.perf_counter() - started) * 1000
+        if count >= 10:  # warm-up
+            asked = isinstance(verifier, SecondOpinion) and verifier.asked > asked_before
+            timings[asked].append(elapsed)
+    print(f"\njudge() through the verifier, {torch.get_num_threads()} threads:")
+    for asked, label in ((False, "the English verifier alone"), (True, "with the second opinion")):
+        if timings[asked]:
+            print(
+                f"  {label}: {len(timings[asked])} pairs, p50 {np.percentile(timings[asked], 50):.1f} ms, "
+                f"p99 {np.percentile(timings[asked], 99):.1f} ms"
+            )
 
 
 if __name__ == "__main__":

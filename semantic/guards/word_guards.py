@@ -11,8 +11,11 @@ from __future__ import annotations
 import difflib
 import re
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A comma joins digits only as a thousands separator ("1,000"); "(2,3)" is two numbers, as "(2, 3)" is.
+_NUMBER = re.compile(r"\d+(?:\.\d+|,\d{3}(?!\d))*")
 _EXPRESSION = re.compile(r"\d[\d.,]*(?:\s*[-+*/^x×÷=]\s*\d[\d.,]*)+")
+# "x³" is "x^3": a superscript digit is the power the other text may write with a caret.
+_SUPERSCRIPTS = str.maketrans({digit: f"^{value}" for value, digit in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")})
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
 _NEGATIONS = frozenset(
     [
@@ -47,7 +50,7 @@ _NEGATIONS = frozenset(
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
     "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "twenty": "20", "fifty": "50",
-    "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+    "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000", "twice": "2",
 }  # fmt: skip
 _QUESTION_WORDS = ("what", "why", "how", "when", "who", "which", "where")
 # Capitalised words that are not names: sentence openers, pronouns, question words, weekdays do differ
@@ -221,7 +224,9 @@ def _two_cases(tokens: list[tuple[str, bool]]) -> set[str]:
 
 
 def _numbers(text: str) -> frozenset[str]:
-    expressions = {re.sub(r"\s+", "", match) for match in _EXPRESSION.findall(text)}
+    text = text.translate(_SUPERSCRIPTS)
+    # An expression ends at its last digit: "call 123-4567." and "call 123-4567" name the same number.
+    expressions = {re.sub(r"\s+", "", match).rstrip(".,") for match in _EXPRESSION.findall(text)}
     digits = {match.replace(",", "") for match in _NUMBER.findall(text)}
     words = {_NUMBER_WORDS[word] for word in _words(text) if word in _NUMBER_WORDS}
     return frozenset(expressions | digits | words)

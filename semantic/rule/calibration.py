@@ -100,6 +100,9 @@ class Calibration:
     logit_range: tuple[float, float] = WIDEST_LOGIT_RANGE
     # The languages (ISO 639-1) of the pairs it was fitted on: the only ones it judges (`semantic/guards/language.py`).
     languages: tuple[str, ...] = LANGUAGES_BEFORE_RECORDED
+    # With a second verifier (`semantic/rule/second_opinion.py`): its `SecondOpinionSettings` as JSON, the
+    # probabilities fitted on being the blend it gives; None (files written before it): the verifier alone.
+    second_opinion: dict[str, object] | None = None
 
     def combine(self, similarity: float, probability: float) -> float:
         """P(same meaning) from the cosine and the verifier's probability (identity by default)."""
@@ -165,6 +168,7 @@ class Calibration:
             _combiner(payload.get("combiner", (0.0, 1.0, 0.0))),
             _logit_range(payload.get("logit_range", WIDEST_LOGIT_RANGE)),
             _languages(payload.get("languages", LANGUAGES_BEFORE_RECORDED)),
+            _second_opinion(payload.get("second_opinion")),
         )
 
 
@@ -217,3 +221,11 @@ def _languages(values: object) -> tuple[str, ...]:
     ):
         raise ValueError("calibration languages must be a non-empty list of language codes")
     return tuple(str(code) for code in values)
+
+
+def _second_opinion(value: object) -> dict[str, object] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("sha256"), str):
+        raise ValueError("second_opinion must be an object with the second verifier's sha256")
+    return dict(value)

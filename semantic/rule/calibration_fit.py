@@ -42,7 +42,7 @@ DEFAULT_GUARDS: tuple[str, ...] = (
 # The default promise, per kind of traffic (`fit_calibration`'s `set_bounds`): wrong hits among hits at most
 # the target times this, in each calibration set separately. At the default 2%: rewordings against related
 # questions (chatbot) 1%, minimal edits (adversarial pairs, task requests) 2%, Quora-style open questions 5%.
-DEFAULT_SET_BOUNDS: dict[str, float] = {"chatbot": 0.5, "adversarial": 1.0, "reviewed": 1.0}
+DEFAULT_SET_BOUNDS: dict[str, float] = {"chatbot": 0.5, "adversarial": 1.0, "reviewed": 2.5}
 CALIBRATION_TARGETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.10, 0.15, 0.20)
 # A target is only fitted where at least this many calibration pairs are hits: fewer makes the measured
 # false-hit rate too noisy to bound anything.
@@ -72,6 +72,7 @@ def fit_calibration(
     combiner_target: float | None = None,
     sets: npt.NDArray[np.str_] | None = None,
     set_bounds: Mapping[str, float] | None = None,
+    second_opinion: dict[str, object] | None = None,
 ) -> Calibration:
     """Fit the cosine/verifier combiner, then for each target the lowest threshold on the combined score
     whose hits on these pairs stay within the target.
@@ -97,6 +98,9 @@ def fit_calibration(
     most t times its multiple of that set's hits are wrong (`DEFAULT_SET_BOUNDS`: rewordings against related
     questions at half the target, minimal edits at the target, Quora-style open questions at 2.5 times it).
     Without them one bound holds over all the rows together.
+
+    `second_opinion` (`SecondOpinionSettings.to_json()`) is recorded when `probabilities` are a
+    `SecondOpinion`'s blend, so that serving builds the same scorer (`semantic/rule/loading.py`).
     """
     decided = near_duplicates if near_duplicates is not None else np.zeros(len(labels), dtype=bool)
     groups = lookups if lookups is not None else np.full(len(labels), -1)
@@ -158,7 +162,15 @@ def fit_calibration(
     if not points:
         raise ValueError("no target could be met on these pairs: too few, or too few positives")
     return Calibration(
-        low_cosine, guards, tuple(points), verifier_sha256, fitted_on, combiner, logit_range, languages
+        low_cosine,
+        guards,
+        tuple(points),
+        verifier_sha256,
+        fitted_on,
+        combiner,
+        logit_range,
+        languages,
+        second_opinion,
     )
 
 
