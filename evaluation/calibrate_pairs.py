@@ -28,6 +28,7 @@ from semantic.rule.calibration_fit import (
     fit_calibration,
     measured_languages,
 )
+from semantic.rule.loading import shipped_verifier
 from semantic.rule.profiles import ENGLISH, MULTILINGUAL
 from semantic.rule.second_opinion import SecondOpinion, SecondOpinionSettings
 
@@ -58,10 +59,10 @@ def calibrate(
     gate = low_cosine if low_cosine is not None else shipped.low_cosine
     embedder = default_embedder()
     # The shipped rule's scorer: the English verifier, with the second opinion where the shipped one has it.
-    verifier: PairScorer = ENGLISH.verifier()
+    verifier: PairScorer = shipped_verifier(ENGLISH)
     if shipped.second_opinion is not None:
         settings = SecondOpinionSettings.from_json(shipped.second_opinion)
-        verifier = SecondOpinion(verifier, MULTILINGUAL.verifier(), settings)
+        verifier = SecondOpinion(verifier, shipped_verifier(MULTILINGUAL), settings)
     similarities = np.zeros(len(pairs), dtype=np.float32)
     probabilities = np.zeros(len(pairs), dtype=np.float32)
     for start in range(0, len(pairs), 256):
